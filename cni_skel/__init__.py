@@ -1,0 +1,51 @@
+"""cni_skel: write CNI plugins in Python.
+
+The public face. Names load lazily (PEP 562) so that a plugin's VERSION call
+imports only what it needs; ``from cni_skel import Plugin`` costs the stdlib.
+
+    Plugin, CmdArgs, dispatch        the skeleton (cni_skel.skel, cni_skel.env)
+    CNIError                         errors with spec codes (cni_skel.errors)
+    NetConf, IPAMConf                config models (cni_skel.config)
+    CNIArgs, K8sArgs, load_args      typed CNI_ARGS (cni_skel.args)
+    Result, Interface, IPConfig,
+    Route, DNS, parse_result         result models (cni_skel.types)
+    NetNS, open_netns                network namespaces (cni_skel.netns)
+    ipam_add_guard, delegate_*       IPAM delegation (cni_skel.invoke)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Plugin": "skel", "dispatch": "skel",
+    "CmdArgs": "env",
+    "CNIError": "errors",
+    "NetConf": "config", "IPAMConf": "config",
+    "CNIArgs": "args", "K8sArgs": "args", "load_args": "args",
+    "Result": "types", "Interface": "types", "IPConfig": "types", "Route": "types",
+    "DNS": "types", "parse_result": "types",
+    "NetNS": "netns", "open_netns": "netns",
+    "ipam_add_guard": "invoke", "delegate_add": "invoke", "delegate_check": "invoke",
+    "delegate_del": "invoke", "delegate_status": "invoke", "delegate_gc": "invoke",
+    "ALL_VERSIONS": "version", "CURRENT_VERSION": "version",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'cni_skel' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"cni_skel.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

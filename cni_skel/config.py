@@ -1,0 +1,108 @@
+"""Network configuration models: the plugin object a plugin gets on stdin.
+
+Source: CNI spec 1.1.0 section "Plugin configuration objects" and
+CONVENTIONS.md (``runtimeConfig``, ``args``, ``cni.dev/*``). A plugin
+subclasses `NetConf` with its own keys (camelCase aliases); keys match
+case-insensitively and unknown keys are kept and ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
+
+from .errors import ERR_INVALID_NETWORK_CONFIG, ERR_UNSUPPORTED_FIELD, CNIError
+from .model import CNIModel
+from .types import DNS, Result, parse_result
+
+__all__ = [
+    "IPAMConf",
+    "NetConf",
+    "ValidAttachment",
+    "config_error",
+    "unsupported",
+]
+
+
+class IPAMConf(CNIModel):
+    """The ``ipam`` object: ``type`` names the IPAM plugin; the rest is its own."""
+
+    type: str = ""
+
+
+class ValidAttachment(CNIModel):
+    """One entry of ``cni.dev/valid-attachments`` (GC)."""
+
+    container_id: str = Field(alias="containerID")
+    ifname: str
+
+
+class NetConf(CNIModel):
+    """The plugin configuration object (Go ``types.NetConf``).
+
+    ``prev_result`` is the ``prevResult`` of any spec version, already
+    converted to the current (1.1.0) result model; its own ``cniVersion`` is
+    used to parse it, the config's when it has none.
+    """
+
+    cni_version: str = Field("0.1.0", alias="cniVersion")
+    name: str
+    type: str = ""
+    capabilities: dict[str, bool] = Field(default_factory=dict)
+    ipam: IPAMConf | None = None
+    dns: DNS | None = None
+    runtime_config: dict[str, Any] = Field(default_factory=dict, alias="runtimeConfig")
+    args: dict[str, Any] = Field(default_factory=dict)
+    prev_result: Result | None = Field(None, alias="prevResult")
+    valid_attachments: list[ValidAttachment] | None = Field(
+        None, alias="cni.dev/valid-attachments")
+
+    @field_validator("prev_result", mode="before")
+    @classmethod
+    def _parse_prev_result(cls, value: Any, info: Any) -> Any:
+        if value is None or isinstance(value, Result):
+            return value
+        if not isinstance(value, dict):
+            raise ValueError("prevResult must be a JSON object")
+        try:
+            return parse_result(value, info.data.get("cni_version") or None)
+        except CNIError as exc:
+            # Not a ValueError: pydantic lets it through with its own code.
+            raise CNIError(exc.code, f"invalid prevResult: {exc.msg}", exc.details) from None
+
+
+def unsupported(key: str, value: Any, why: str = "") -> PydanticCustomError:
+    """Error to raise from a validator for a key/value the plugin does not
+    implement: the skel turns it into spec code 2 naming the key and value."""
+    text = f"unsupported value {value!r} for {key}"
+    return PydanticCustomError("cni_unsupported", text + (f": {why}" if why else ""))
+
+
+def _loc(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc) or "(config)"
+
+
+def config_error(exc: ValidationError, *, what: str = "network config") -> CNIError:
+    """A pydantic ValidationError as a CNI error naming key paths and values.
+
+    Code 2 when any error comes from `unsupported`, code 7 otherwise.
+    """
+    errors = exc.errors(include_url=False)
+    code = ERR_INVALID_NETWORK_CONFIG
+    parts = []
+    for err in errors:
+        if err["type"] == "cni_unsupported":
+            code = ERR_UNSUPPORTED_FIELD
+        if err["type"] == "missing":
+            parts.append(f"{_loc(err['loc'])}: required key is missing")
+            continue
+        shown = repr(err["input"])
+        if len(shown) > 120:
+            shown = shown[:117] + "..."
+        parts.append(f"{_loc(err['loc'])}: {err['msg']} (got {shown})")
+    first = parts[0] if parts else str(exc)
+    msg = (f"unsupported field in {what}: {first}" if code == ERR_UNSUPPORTED_FIELD
+           else f"invalid {what}: {first}")
+    return CNIError(code, msg, "; ".join(parts))

@@ -1,0 +1,145 @@
+"""Run plugin executables the way a runtime does, in named network namespaces.
+
+No pytest here: `cni_skel.testing` builds its fixtures on this, and
+``cni-skel demo`` uses it directly. Needs root (namespaces) and iproute2
+(``ip netns exec`` gives the plugin the node namespace's own /sys).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import CNIError
+
+__all__ = [
+    "PluginRun",
+    "TestNetNS",
+    "create_netns",
+    "install_plugin",
+    "remove_netns",
+    "run_plugin",
+    "run_plugin_raw",
+]
+
+NETNS_DIR = "/run/netns"
+_counter = itertools.count()
+
+
+@dataclass(frozen=True)
+class TestNetNS:
+    """A named network namespace made for a test: ``path`` is what CNI_NETNS gets."""
+
+    __test__ = False  # not a test class, whatever pytest thinks of the name
+
+    name: str
+    path: str
+
+
+def create_netns(prefix: str = "cnsk") -> TestNetNS:
+    """Create a uniquely named netns (``<prefix>-<pid>-<n>``) with ``lo`` down."""
+    from pyroute2 import netns
+
+    name = f"{prefix}-{os.getpid()}-{next(_counter)}"
+    netns.create(name)
+    return TestNetNS(name, os.path.join(NETNS_DIR, name))
+
+
+def remove_netns(ns: TestNetNS) -> None:
+    """Remove a namespace made by `create_netns`; missing is fine."""
+    from pyroute2 import netns
+
+    if os.path.exists(ns.path):
+        netns.remove(ns.name)
+
+
+def install_plugin(bin_dir: str | os.PathLike, name: str, ref: str, *,
+                   python: str | None = None, pythonpath: list[str] | None = None) -> str:
+    """Write an executable ``bin_dir/name`` that runs plugin class ``ref``
+    (``"module:Class"``), as ``cni-skel install`` does; returns its path.
+    ``pythonpath``: extra import directories (a plugin not installed as a
+    package, such as one in your tests folder)."""
+    from .cli import write_executable
+
+    return write_executable(os.fspath(bin_dir), name, ref, python=python, force=True,
+                            pythonpath=pythonpath)
+
+
+@dataclass
+class PluginRun:
+    """One raw invocation: exit code, stdout bytes, its decoded JSON (None
+    when empty), stderr text."""
+
+    exit_code: int
+    stdout: bytes
+    doc: Any
+    stderr: str
+
+
+def run_plugin_raw(executable: str, command: str, config: Mapping[str, Any] | bytes | str = b"",
+                   *, container_id: str = "cnsk-ctr", netns: str = "", ifname: str = "eth0",
+                   cni_args: str = "", cni_path: str | None = None,
+                   node: TestNetNS | None = None, env: Mapping[str, str] | None = None,
+                   replace_env: bool = False, timeout: float = 60.0) -> PluginRun:
+    """Run ``executable`` like a runtime: CNI_* env, config on stdin.
+
+    ``node``: run it inside that namespace (through ``ip netns exec``, which
+    also gives it the namespace's own /sys); default the current one.
+    ``cni_path`` defaults to the executable's directory. ``env`` adds
+    variables (``replace_env=True``: use exactly ``env``, no CNI_* added).
+
+    Asserts the protocol's output rule: stdout is empty or exactly one JSON
+    document, and never a Python traceback.
+    """
+    if isinstance(config, Mapping):
+        stdin = json.dumps(config).encode()
+    elif isinstance(config, str):
+        stdin = config.encode()
+    else:
+        stdin = config
+    if replace_env:
+        child_env = dict(env or {})
+    else:
+        child_env = {
+            "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+            "CNI_COMMAND": command,
+            "CNI_CONTAINERID": container_id,
+            "CNI_NETNS": netns,
+            "CNI_IFNAME": ifname,
+            "CNI_ARGS": cni_args,
+            "CNI_PATH": cni_path if cni_path is not None else os.path.dirname(executable),
+        }
+        child_env.update(env or {})
+    argv = [executable]
+    if node is not None:
+        argv = ["ip", "netns", "exec", node.name, executable]
+    proc = subprocess.run(argv, input=stdin, env=child_env, capture_output=True,
+                          timeout=timeout, check=False)
+    out = proc.stdout
+    assert b"Traceback (most recent call last)" not in out, out.decode(errors="replace")
+    doc = None
+    if out.strip():
+        try:
+            doc = json.loads(out)
+        except ValueError as exc:
+            raise AssertionError(f"stdout is not one JSON document: {out[:500]!r}") from exc
+    return PluginRun(proc.returncode, out, doc, proc.stderr.decode("utf-8", "replace"))
+
+
+def run_plugin(executable: str, command: str, config: Mapping[str, Any] | bytes | str,
+               **kwargs: Any) -> Any:
+    """`run_plugin_raw`, then: exit 0 -> the decoded stdout (None when empty);
+    non-zero -> raise `CNIError` with the plugin's code, msg and details
+    (``.stderr`` holds its stderr)."""
+    run = run_plugin_raw(executable, command, config, **kwargs)
+    if run.exit_code == 0:
+        return run.doc
+    if isinstance(run.doc, dict) and "code" in run.doc:
+        raise CNIError.from_dict(run.doc, stderr=run.stderr)
+    raise CNIError(999, f"plugin exited {run.exit_code} without an Error object",
+                   run.stderr[-2000:], stderr=run.stderr)

@@ -1,0 +1,217 @@
+"""Delegation: run another plugin (IPAM) found through CNI_PATH.
+
+Source: CNI spec 1.1.0 section "Delegated plugins (IPAM)" and Go pkg/invoke:
+the delegate gets the same environment with CNI_COMMAND replaced and the
+whole config we received on stdin; its stderr passes through to ours; its
+Error object comes back as a `CNIError` with code, msg and details intact.
+An ADD that fails after a successful IPAM ADD must run IPAM DEL
+(`ipam_add_guard`).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import IO, Any
+
+from .env import CmdArgs
+from .errors import (
+    ERR_DECODING_FAILURE,
+    ERR_INTERNAL,
+    ERR_INVALID_ENVIRONMENT_VARIABLES,
+    ERR_INVALID_NETWORK_CONFIG,
+    ERR_TRY_AGAIN_LATER,
+    CNIError,
+)
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "delegate_add",
+    "delegate_check",
+    "delegate_del",
+    "delegate_gc",
+    "delegate_status",
+    "exec_plugin",
+    "find_plugin",
+    "get_version_info",
+    "ipam_add_guard",
+]
+
+#: Seconds a delegated plugin may run before it is killed (code 11 then).
+DEFAULT_TIMEOUT = 120.0
+# "text file busy": the binary is still being written (e.g. during an upgrade).
+_ETXTBSY_RETRIES = 5
+
+
+def find_plugin(plugin_type: str, paths: list[str] | str) -> str:
+    """Absolute path of the executable ``plugin_type`` in CNI_PATH dirs, first match.
+
+    Raises:
+        CNIError: code 7 for an empty type or one with a path separator; code 4
+            when CNI_PATH is empty; code 7 when no directory holds it.
+    """
+    if isinstance(paths, str):
+        paths = [p for p in paths.split(":") if p]
+    if not plugin_type or "/" in plugin_type or "\\" in plugin_type:
+        raise CNIError(ERR_INVALID_NETWORK_CONFIG, f"invalid plugin type {plugin_type!r}",
+                       "a plugin type is a file name without path separators")
+    if not paths:
+        raise CNIError(ERR_INVALID_ENVIRONMENT_VARIABLES,
+                       f'cannot find plugin "{plugin_type}": CNI_PATH is empty')
+    for d in paths:
+        candidate = os.path.join(d, plugin_type)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return os.path.abspath(candidate)
+    raise CNIError(ERR_INVALID_NETWORK_CONFIG,
+                   f'failed to find plugin "{plugin_type}" in path {paths}')
+
+
+def exec_plugin(plugin_path: str, command: str, stdin_data: bytes, env: Mapping[str, str],
+                *, timeout: float | None = None, stderr: IO[str] | None = None,
+                extra_env: Mapping[str, str] | None = None) -> bytes:
+    """Run a plugin executable for one verb and return its stdout.
+
+    ``env`` is copied with CNI_COMMAND set to ``command`` (plus ``extra_env``).
+    The plugin's stderr is written to ``stderr`` (default sys.stderr).
+
+    Raises:
+        CNIError: the plugin's own Error object (code/msg/details, ``stderr``
+            attached) when it exits non-zero; code 999 when it exits non-zero
+            without one or cannot be started; code 11 when it runs past
+            ``timeout`` seconds and is killed.
+    """
+    child_env = dict(env)
+    child_env["CNI_COMMAND"] = command
+    if extra_env:
+        child_env.update(extra_env)
+    name = os.path.basename(plugin_path)
+    limit = DEFAULT_TIMEOUT if timeout is None else timeout
+    for attempt in range(_ETXTBSY_RETRIES + 1):
+        try:
+            proc = subprocess.run([plugin_path], input=stdin_data, env=child_env,
+                                  capture_output=True, timeout=limit, check=False)
+            break
+        except subprocess.TimeoutExpired as exc:
+            _pass_stderr(exc.stderr, stderr)
+            raise CNIError(ERR_TRY_AGAIN_LATER, f'plugin "{name}" timed out after {limit:g}s',
+                           f"{command} did not finish") from None
+        except OSError as exc:
+            if exc.errno == errno.ETXTBSY and attempt < _ETXTBSY_RETRIES:
+                time.sleep(0.05 * (attempt + 1))
+                continue
+            raise CNIError(ERR_INTERNAL, f'failed to run plugin "{name}": {exc.strerror}',
+                           plugin_path) from None
+    err_text = proc.stderr.decode("utf-8", "replace")
+    _pass_stderr(proc.stderr, stderr)
+    if proc.returncode == 0:
+        return proc.stdout
+    try:
+        data = json.loads(proc.stdout)
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and "code" in data:
+        raise CNIError.from_dict(data, stderr=err_text)
+    tail = err_text.strip().splitlines()[-5:]
+    raise CNIError(ERR_INTERNAL, f'plugin "{name}" failed with exit status {proc.returncode}',
+                   " | ".join(tail) or proc.stdout.decode("utf-8", "replace")[:500],
+                   stderr=err_text)
+
+
+def _pass_stderr(data: bytes | None, sink: IO[str] | None) -> None:
+    if data:
+        out = sink if sink is not None else sys.stderr
+        out.write(data.decode("utf-8", "replace"))
+        out.flush()
+
+
+def _delegate(command: str, plugin_type: str, stdin_data: bytes, args: CmdArgs,
+              timeout: float | None, stderr: IO[str] | None) -> bytes:
+    path = find_plugin(plugin_type, args.env.get("CNI_PATH", args.path))
+    return exec_plugin(path, command, stdin_data, args.env, timeout=timeout, stderr=stderr)
+
+
+def delegate_add(plugin_type: str, stdin_data: bytes, args: CmdArgs, *,
+                 version: str | None = None, timeout: float | None = None,
+                 stderr: IO[str] | None = None) -> Any:
+    """IPAM ADD: run ``plugin_type`` with the config bytes we got; return its
+    result as a current-model `cni_skel.types.Result` (parsed by its own
+    cniVersion, ``version`` when it has none).
+
+    Raises:
+        CNIError: the delegate's error, or code 6 when its output is not a result.
+    """
+    from .types import parse_result
+
+    out = _delegate("ADD", plugin_type, stdin_data, args, timeout, stderr)
+    if not out.strip():
+        raise CNIError(ERR_DECODING_FAILURE, f'plugin "{plugin_type}" printed no result for ADD')
+    return parse_result(out, version)
+
+
+def delegate_check(plugin_type: str, stdin_data: bytes, args: CmdArgs, **kw: Any) -> None:
+    """IPAM CHECK; raises the delegate's `CNIError`."""
+    _delegate("CHECK", plugin_type, stdin_data, args, kw.get("timeout"), kw.get("stderr"))
+
+
+def delegate_del(plugin_type: str, stdin_data: bytes, args: CmdArgs, **kw: Any) -> None:
+    """IPAM DEL; raises the delegate's `CNIError`."""
+    _delegate("DEL", plugin_type, stdin_data, args, kw.get("timeout"), kw.get("stderr"))
+
+
+def delegate_status(plugin_type: str, stdin_data: bytes, args: CmdArgs, **kw: Any) -> None:
+    """IPAM STATUS (spec: a plugin forwards STATUS to its IPAM)."""
+    _delegate("STATUS", plugin_type, stdin_data, args, kw.get("timeout"), kw.get("stderr"))
+
+
+def delegate_gc(plugin_type: str, stdin_data: bytes, args: CmdArgs, **kw: Any) -> None:
+    """IPAM GC (spec: a plugin forwards GC to its IPAM)."""
+    _delegate("GC", plugin_type, stdin_data, args, kw.get("timeout"), kw.get("stderr"))
+
+
+@contextmanager
+def ipam_add_guard(plugin_type: str, stdin_data: bytes, args: CmdArgs, *,
+                   version: str | None = None, timeout: float | None = None,
+                   stderr: IO[str] | None = None) -> Iterator[Any]:
+    """Run IPAM ADD and yield its result; if the block raises, run IPAM DEL
+    before re-raising, so a failed ADD never leaks an address.
+
+    A failure of that DEL is reported on stderr and does not hide the
+    original error (the runtime will still send DEL for the attachment).
+    """
+    result = delegate_add(plugin_type, stdin_data, args, version=version, timeout=timeout,
+                          stderr=stderr)
+    try:
+        yield result
+    except BaseException:
+        try:
+            delegate_del(plugin_type, stdin_data, args, timeout=timeout, stderr=stderr)
+        except CNIError as exc:
+            out = stderr if stderr is not None else sys.stderr
+            out.write(f"cni-skel: IPAM DEL after failed ADD also failed: {exc}\n")
+        raise
+
+
+def get_version_info(plugin_path: str, *, cni_version: str = "1.1.0",
+                     env: Mapping[str, str] | None = None,
+                     timeout: float | None = None) -> dict:
+    """Ask a plugin executable VERSION; returns the decoded VersionResult.
+
+    Raises:
+        CNIError: its error, or code 6 when the answer is not a VersionResult.
+    """
+    out = exec_plugin(plugin_path, "VERSION", json.dumps({"cniVersion": cni_version}).encode(),
+                      env if env is not None else os.environ, timeout=timeout)
+    try:
+        data = json.loads(out)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict) or not isinstance(data.get("supportedVersions"), list):
+        raise CNIError(ERR_DECODING_FAILURE, "plugin VERSION answer has no supportedVersions",
+                       out.decode("utf-8", "replace")[:500])
+    return data

@@ -1,0 +1,59 @@
+"""Pydantic base model with Go's JSON key matching.
+
+Go's encoding/json matches object keys to struct fields exactly first, then
+case-insensitively, and runtimes rely on it: containerd sends
+``runtimeConfig.portMappings`` as ``HostPort``/``ContainerPort``/``Protocol``/
+``HostIP``. Every model of a CNI document (config, result, capability args)
+derives from `CNIModel` so that the same folding applies at every depth.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+__all__ = ["CNIModel"]
+
+
+class CNIModel(BaseModel):
+    """Base of every wire model: camelCase aliases, case-insensitive keys.
+
+    Unknown keys are kept (``model_extra``) and ignored, as the spec asks of
+    plugin-specific keys. Serialise with ``model_dump(by_alias=True)``.
+    """
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    _cni_exact: ClassVar[frozenset[str]] = frozenset()
+    _cni_folded: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        exact = set()
+        folded: dict[str, str] = {}
+        for name, field in cls.model_fields.items():
+            key = field.alias or name
+            exact.add(key)
+            folded.setdefault(key.lower(), key)
+        cls._cni_exact = frozenset(exact)
+        cls._cni_folded = folded
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fold_keys(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not cls._cni_folded:
+            return data
+        renamed = None
+        for key in data:
+            if not isinstance(key, str) or key in cls._cni_exact:
+                continue
+            target = cls._cni_folded.get(key.lower())
+            if target is not None and target not in data:
+                if renamed is None:
+                    renamed = {}
+                renamed[key] = target
+        if not renamed:
+            return data
+        return {renamed.get(k, k): v for k, v in data.items()}

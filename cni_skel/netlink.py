@@ -1,0 +1,685 @@
+"""Netlink helpers every interface plugin needs (links, addresses, routes, veth).
+
+Each function takes a pyroute2 ``IPRoute`` (``ipr``) first and acts in the
+namespace that socket is bound to: get one for a container namespace with
+:meth:`cni_skel.netns.NetNS.iproute`, for the current one with ``IPRoute()``.
+
+Conventions:
+
+* Links are named by interface name (``str``); an ``int`` is taken as an
+  ifindex. MTUs are in bytes, MACs are ``"aa:bb:cc:dd:ee:ff"`` strings.
+* Families: ``None`` (all), ``4`` / ``6`` or ``socket.AF_INET`` /
+  ``socket.AF_INET6``.
+* Summaries are plain dicts / :mod:`ipaddress` objects, not pyroute2 messages.
+* Errors are :class:`~cni_skel.errors.CNIError`: a kernel (``NetlinkError``)
+  failure not handled specially becomes code 999 with message
+  ``"<operation> <target>: <strerror>"``; bad arguments (names, addresses,
+  MACs) are code 7 (invalid network config).
+
+pyroute2 itself is imported by whoever built ``ipr``; this module only imports
+its exception class lazily, so importing it costs nothing extra.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import os
+import re
+import socket
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, CNIError
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from pyroute2 import IPRoute
+
+    from cni_skel.netns import NetNS
+
+__all__ = [
+    "LinkExists",
+    "LinkNotFound",
+    "add_address",
+    "add_route",
+    "addresses",
+    "create_veth_pair",
+    "del_address",
+    "del_route",
+    "delete_link",
+    "find_link",
+    "link_down",
+    "link_index",
+    "link_set",
+    "link_up",
+    "move_link",
+    "routes",
+]
+
+IFNAMSIZ = 16
+IFF_UP = 0x1
+IFF_NOARP = 0x80
+IFF_PROMISC = 0x100
+IFF_ALLMULTI = 0x200
+IFA_F_NODAD = 0x02
+RT_TABLE_MAIN = 254
+RT_SCOPE_NOWHERE = 255
+_SCOPES = {"universe": 0, "global": 0, "site": 200, "link": 253, "host": 254, "nowhere": 255}
+
+IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+_MAC_RE = re.compile(r"^[0-9a-fA-F]{2}([:-])[0-9a-fA-F]{2}(\1[0-9a-fA-F]{2}){4}$")
+
+
+class LinkNotFound(CNIError):
+    """No link of that name in the namespace (code 999)."""
+
+    def __init__(self, name: str | int) -> None:
+        super().__init__(ERR_INTERNAL, f'link "{name}" not found')
+        self.name = name
+
+
+class LinkExists(CNIError):
+    """A link of that name already exists (code 999)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(ERR_INTERNAL, f'link "{name}" already exists')
+        self.name = name
+
+
+# --------------------------------------------------------------------------
+# internals
+
+
+def _netlink_errors() -> tuple[type[Exception], type[Exception]]:
+    from pyroute2.netlink.exceptions import NetlinkDumpInterrupted, NetlinkError
+
+    return NetlinkError, NetlinkDumpInterrupted
+
+
+def _errmsg(exc: Exception) -> str:
+    code = getattr(exc, "code", 0)
+    args = getattr(exc, "args", ())
+    msg = args[1] if len(args) > 1 and isinstance(args[1], str) and args[1] else ""
+    if not msg:
+        msg = os.strerror(code) if code else str(exc)
+    return msg[:1].lower() + msg[1:]
+
+
+def _call(op: str, target: object, fn: Callable[..., Any], *args: Any,
+          ignore: tuple[int, ...] = (), **kwargs: Any) -> Any:
+    """Run one pyroute2 request; ``ignore``d errnos return None, others raise.
+
+    Returns the response messages as a list/tuple. A NetlinkError becomes
+    CNIError(999, "<op> <target>: <strerror>"); a ValueError/TypeError raised
+    by pyroute2 while encoding arguments becomes code 7. A dump interrupted by
+    a concurrent change (NLM_F_DUMP_INTR) is retried a few times.
+    """
+    nl_error, dump_interrupted = _netlink_errors()
+    attempts = 5
+    while True:
+        attempts -= 1
+        try:
+            result = fn(*args, **kwargs)
+            if result is None:
+                return []
+            # dumps may come back as generators (config.nlm_generator)
+            return result if isinstance(result, (list, tuple)) else list(result)
+        except dump_interrupted as e:
+            if attempts > 0:
+                continue
+            raise CNIError(ERR_INTERNAL, f"{op} {target}: {_errmsg(e)}") from e
+        except nl_error as e:
+            if e.code in ignore:
+                return None
+            raise CNIError(ERR_INTERNAL, f"{op} {target}: {_errmsg(e)}") from e
+        except (ValueError, TypeError) as e:
+            raise CNIError(ERR_INVALID_NETWORK_CONFIG, f"{op} {target}: {e}") from e
+
+
+def _errno_of(exc: BaseException) -> int | None:
+    cause = exc.__cause__
+    return getattr(cause, "code", None)
+
+
+def _check_ifname(name: str) -> str:
+    """Validate an interface name as the kernel's dev_valid_name() (code 7)."""
+    if (
+        not isinstance(name, str)
+        or not name
+        or len(name.encode()) >= IFNAMSIZ
+        or name in (".", "..")
+        or any(c == "/" or c == ":" or c.isspace() for c in name)
+    ):
+        raise CNIError(ERR_INVALID_NETWORK_CONFIG, f'invalid interface name "{name}"')
+    return name
+
+
+def _check_mac(mac: str) -> str:
+    """Normalise ``aa:bb:..`` / ``AA-BB-..`` to lower-case colon form (code 7)."""
+    if not isinstance(mac, str) or not _MAC_RE.match(mac):
+        raise CNIError(ERR_INVALID_NETWORK_CONFIG, f'invalid MAC address "{mac}"')
+    return mac.replace("-", ":").lower()
+
+
+def _family(family: int | None) -> int:
+    if family in (None, 0):
+        return 0
+    if family in (4, socket.AF_INET):
+        return socket.AF_INET
+    if family in (6, socket.AF_INET6):
+        return socket.AF_INET6
+    raise CNIError(ERR_INVALID_NETWORK_CONFIG, f"unsupported address family {family!r}")
+
+
+def _link_summary(msg: Any) -> dict:
+    master = msg.get("IFLA_MASTER")
+    link = msg.get("IFLA_LINK")
+    return {
+        "index": msg["index"],
+        "name": msg.get("IFLA_IFNAME"),
+        "mac": msg.get("IFLA_ADDRESS"),
+        "mtu": msg.get("IFLA_MTU"),
+        "up": bool(msg["flags"] & IFF_UP),
+        "kind": msg.get(("linkinfo", "kind")),
+        "master": master or None,
+        # extras: raw IFF_* flags, IFLA_LINK (veth peer / parent ifindex,
+        # possibly in another namespace)
+        "flags": msg["flags"],
+        "link": link or None,
+    }
+
+
+# --------------------------------------------------------------------------
+# links
+
+
+def find_link(ipr: IPRoute, name: str | int) -> dict | None:
+    """Summary of a link, or None when there is none of that name / index.
+
+    Returns ``{index, name, mac, mtu (bytes), up (IFF_UP set), kind
+    (IFLA_INFO_KIND, e.g. "veth", None for plain devices), master (ifindex or
+    None), flags, link}``. A name that can not be an interface name (empty,
+    16+ bytes) simply matches nothing.
+
+    Raises:
+        CNIError: code 999 for other netlink failures.
+    """
+    if isinstance(name, int):
+        msgs = _call("get link", name, ipr.link, "get", index=name, ignore=(errno.ENODEV,))
+    else:
+        if not name or len(name.encode()) >= IFNAMSIZ:
+            return None
+        msgs = _call("get link", name, ipr.link, "get", ifname=name, ignore=(errno.ENODEV,))
+    if not msgs:
+        return None
+    return _link_summary(msgs[0])
+
+
+def link_index(ipr: IPRoute, name: str | int) -> int:
+    """The ifindex of link ``name``.
+
+    Raises:
+        LinkNotFound: (code 999) no such link.
+        CNIError: code 999 for other netlink failures.
+    """
+    link = find_link(ipr, name)
+    if link is None:
+        raise LinkNotFound(name)
+    return link["index"]
+
+
+def link_set(ipr: IPRoute, name: str | int, /, **attrs: Any) -> None:
+    """Change link attributes (RTM_NEWLINK "set").
+
+    Keywords handled here: ``mtu`` (bytes), ``address``/``mac`` (MAC string),
+    ``txqlen`` (packets), ``ifname``/``name`` (rename; the link usually must
+    be down), ``master`` (ifindex or link name; ``0`` detaches), ``up``
+    (bool), ``promisc`` / ``allmulti`` / ``arp`` (bool). Other keywords are
+    passed to pyroute2's ``link("set")`` as is (IFLA_* names, lower-case).
+    ``ipr`` and ``name`` are positional-only, so ``name=`` renames.
+    ``None`` values are ignored; nothing to do is a no-op.
+
+    Raises:
+        LinkNotFound: (999) no such link (also for a ``master`` name).
+        LinkExists: (999) renaming onto an existing name.
+        CNIError: 7 for invalid names/MACs, 999 for kernel errors.
+    """
+    attrs = {k: v for k, v in attrs.items() if v is not None}
+    if not attrs:
+        return
+    index = link_index(ipr, name)
+    kwargs: dict[str, Any] = {}
+    flags = change = 0
+    for key, value in attrs.items():
+        if key in ("mac", "address"):
+            kwargs["address"] = _check_mac(value)
+        elif key in ("name", "ifname"):
+            kwargs["ifname"] = _check_ifname(value)
+        elif key == "master":
+            kwargs["master"] = value if isinstance(value, int) else link_index(ipr, value)
+        elif key in ("up", "promisc", "allmulti", "arp"):
+            bit = {"up": IFF_UP, "promisc": IFF_PROMISC, "allmulti": IFF_ALLMULTI,
+                   "arp": IFF_NOARP}[key]
+            on = bool(value) if key != "arp" else not value  # arp=False sets IFF_NOARP
+            change |= bit
+            flags = (flags | bit) if on else (flags & ~bit)
+        elif key in ("mtu", "txqlen"):
+            kwargs[key] = int(value)
+        else:
+            kwargs[key] = value
+    if change:
+        kwargs["flags"] = flags
+        kwargs["change"] = change
+    try:
+        _call("set link", name, ipr.link, "set", index=index, **kwargs)
+    except CNIError as e:
+        if "ifname" in kwargs and _errno_of(e) == errno.EEXIST:
+            raise LinkExists(kwargs["ifname"]) from e.__cause__
+        raise
+
+
+def link_up(ipr: IPRoute, name: str | int) -> None:
+    """Set IFF_UP on the link ("ip link set NAME up").
+
+    Raises:
+        LinkNotFound: (999); CNIError: 999 for kernel errors.
+    """
+    link_set(ipr, name, up=True)
+
+
+def link_down(ipr: IPRoute, name: str | int) -> None:
+    """Clear IFF_UP on the link ("ip link set NAME down").
+
+    Raises:
+        LinkNotFound: (999); CNIError: 999 for kernel errors.
+    """
+    link_set(ipr, name, up=False)
+
+
+def delete_link(ipr: IPRoute, name: str | int, missing_ok: bool = True) -> bool:
+    """Delete a link (for a veth, both ends go). True if it was deleted.
+
+    With ``missing_ok`` (default) a missing link returns False.
+
+    Raises:
+        LinkNotFound: (999) missing and not ``missing_ok``.
+        CNIError: 999 for kernel errors (e.g. EOPNOTSUPP for ``lo``).
+    """
+    link = find_link(ipr, name)
+    if link is None:
+        if missing_ok:
+            return False
+        raise LinkNotFound(name)
+    ignore = (errno.ENODEV,) if missing_ok else ()
+    result = _call("delete link", name, ipr.link, "del", index=link["index"], ignore=ignore)
+    return result is not None
+
+
+def move_link(ipr: IPRoute, name: str | int, netns: NetNS) -> None:
+    """Move a link into another namespace (IFLA_NET_NS_FD), keeping its name.
+
+    Raises:
+        LinkNotFound: (999) no such link in ``ipr``'s namespace.
+        LinkExists: (999) the target namespace has a link of that name.
+        CNIError: 999 for other kernel errors.
+    """
+    index = link_index(ipr, name)
+    try:
+        _call("move link", name, ipr.link, "set", index=index, net_ns_fd=netns.fd)
+    except CNIError as e:
+        if _errno_of(e) == errno.EEXIST:
+            raise LinkExists(str(name)) from e.__cause__
+        raise
+
+
+def create_veth_pair(
+    ipr: IPRoute,
+    name: str,
+    peer_name: str,
+    peer_netns: NetNS | None = None,
+    mtu: int | None = None,
+    mac: str | None = None,
+    peer_mac: str | None = None,
+) -> tuple[dict, dict]:
+    """Create a veth pair ``name`` <-> ``peer_name`` in ``ipr``'s namespace.
+
+    With ``peer_netns`` the peer is created directly in that namespace
+    (VETH_INFO_PEER carrying IFLA_NET_NS_FD), so it never appears in the
+    first one. ``mtu`` (bytes) applies to both ends (as Go's netlink does);
+    ``mac`` / ``peer_mac`` set the ends' addresses (kernel random otherwise).
+    Both ends are left down.
+
+    Returns:
+        ``(link, peer)`` summaries as :func:`find_link`; the peer's is read
+        through an IPRoute bound to ``peer_netns`` (its ifindex belongs there).
+
+    Raises:
+        LinkExists: (999) ``name`` or ``peer_name`` is taken (in its namespace).
+        CNIError: 7 for invalid names/MACs/MTU, 999 for kernel errors.
+    """
+    _check_ifname(name)
+    _check_ifname(peer_name)
+    peer: dict[str, Any] = {"ifname": peer_name}
+    kwargs: dict[str, Any] = {"ifname": name, "kind": "veth"}
+    if mtu is not None:
+        mtu = int(mtu)
+        if mtu <= 0:
+            raise CNIError(ERR_INVALID_NETWORK_CONFIG, f"invalid MTU {mtu}")
+        kwargs["mtu"] = peer["mtu"] = mtu
+    if mac is not None:
+        kwargs["address"] = _check_mac(mac)
+    if peer_mac is not None:
+        peer["address"] = _check_mac(peer_mac)
+    if peer_netns is not None:
+        peer["net_ns_fd"] = peer_netns.fd
+    kwargs["peer"] = peer
+    try:
+        _call("create veth", name, ipr.link, "add", **kwargs)
+    except CNIError as e:
+        if _errno_of(e) == errno.EEXIST:
+            taken = name
+            if find_link(ipr, name) is None:
+                if peer_netns is None:
+                    taken = peer_name
+                else:
+                    with peer_netns.iproute() as pipr:
+                        if find_link(pipr, peer_name) is not None:
+                            taken = peer_name
+            raise LinkExists(taken) from e.__cause__
+        raise
+    link = find_link(ipr, name)
+    if peer_netns is None:
+        peer_link = find_link(ipr, peer_name)
+    else:
+        with peer_netns.iproute() as pipr:
+            peer_link = find_link(pipr, peer_name)
+    if link is None or peer_link is None:
+        missing = name if link is None else peer_name
+        raise CNIError(ERR_INTERNAL, f'veth "{missing}" vanished right after creation')
+    return link, peer_link
+
+
+# --------------------------------------------------------------------------
+# addresses
+
+
+def _interface(value: Any) -> IPInterface:
+    try:
+        return ipaddress.ip_interface(value)
+    except ValueError as e:
+        raise CNIError(ERR_INVALID_NETWORK_CONFIG, f'invalid IP address "{value}"') from e
+
+
+def addresses(ipr: IPRoute, name: str | int, family: int | None = None) -> list[IPInterface]:
+    """Addresses on a link, in kernel (dump) order, as ip_interface objects.
+
+    ``family`` restricts to IPv4 or IPv6. IPv6 link-local addresses are
+    included. For point-to-point addresses the local side is returned.
+
+    Raises:
+        LinkNotFound: (999); CNIError: 999 for kernel errors.
+    """
+    index = link_index(ipr, name)
+    fam = _family(family)
+    msgs = _call("list addresses of", name, ipr.addr, "dump", family=fam)
+    out: list[IPInterface] = []
+    for msg in msgs:
+        if msg["index"] != index or (fam and msg["family"] != fam):
+            continue
+        addr = msg.get("IFA_LOCAL") or msg.get("IFA_ADDRESS")
+        if addr is None:
+            continue
+        out.append(ipaddress.ip_interface(f"{addr}/{msg['prefixlen']}"))
+    return out
+
+
+def add_address(
+    ipr: IPRoute, name: str | int, ip: IPInterface | str, *, nodad: bool = False
+) -> bool:
+    """Add ``ip`` (address with prefix, e.g. ``"10.1.2.3/24"``) to a link.
+
+    IPv4 addresses with a prefix shorter than /31 get the broadcast address
+    set (as Go's netlink.AddrAdd). ``nodad`` skips IPv6 duplicate address
+    detection (IFA_F_NODAD). Idempotent: returns False when the address
+    already exists (EEXIST), True when added.
+
+    Raises:
+        LinkNotFound: (999); CNIError: 7 for an unparsable address, 999 for
+        kernel errors.
+    """
+    iface = _interface(ip)
+    index = link_index(ipr, name)
+    kwargs: dict[str, Any] = {
+        "index": index,
+        "address": str(iface.ip),
+        "prefixlen": iface.network.prefixlen,
+        "family": socket.AF_INET if iface.version == 4 else socket.AF_INET6,
+    }
+    if iface.version == 4 and iface.network.prefixlen < 31:
+        kwargs["broadcast"] = str(iface.network.broadcast_address)
+    if nodad:
+        kwargs["flags"] = IFA_F_NODAD
+    result = _call(f"add address {iface} to", name, ipr.addr, "add",
+                   ignore=(errno.EEXIST,), **kwargs)
+    return result is not None
+
+
+def del_address(
+    ipr: IPRoute, name: str | int, ip: IPInterface | str, missing_ok: bool = True
+) -> bool:
+    """Remove ``ip`` (with prefix) from a link. True if it was removed.
+
+    With ``missing_ok`` (default) a missing address or link returns False.
+
+    Raises:
+        LinkNotFound: (999) link missing and not ``missing_ok``.
+        CNIError: 7 for an unparsable address, 999 for kernel errors
+        (EADDRNOTAVAIL when the address is missing and not ``missing_ok``).
+    """
+    iface = _interface(ip)
+    link = find_link(ipr, name)
+    if link is None:
+        if missing_ok:
+            return False
+        raise LinkNotFound(name)
+    ignore = (errno.EADDRNOTAVAIL, errno.ENODEV) if missing_ok else ()
+    result = _call(
+        f"delete address {iface} from", name, ipr.addr, "del",
+        index=link["index"], address=str(iface.ip), prefixlen=iface.network.prefixlen,
+        family=socket.AF_INET if iface.version == 4 else socket.AF_INET6,
+        ignore=ignore,
+    )
+    return result is not None
+
+
+# --------------------------------------------------------------------------
+# routes
+
+
+def _scope(scope: int | str | None) -> int | None:
+    if scope is None or isinstance(scope, int):
+        return scope
+    try:
+        return _SCOPES[scope]
+    except KeyError:
+        raise CNIError(ERR_INVALID_NETWORK_CONFIG, f'invalid route scope "{scope}"') from None
+
+
+def _route_spec(ipr: IPRoute, dst: Any, gw: Any, dev: str | int | None) -> dict[str, Any]:
+    """Common route keywords: dst/dst_len, family, gateway, oif."""
+    gateway: IPAddress | None = None
+    if gw is not None and gw != "":
+        try:
+            gateway = ipaddress.ip_address(gw)
+        except ValueError as e:
+            raise CNIError(ERR_INVALID_NETWORK_CONFIG, f'invalid gateway "{gw}"') from e
+    if isinstance(dst, str) and dst == "default":
+        if gateway is None:
+            raise CNIError(ERR_INVALID_NETWORK_CONFIG,
+                           'route "default" needs a gateway to pick the family')
+        dst = "0.0.0.0/0" if gateway.version == 4 else "::/0"
+    try:
+        net = ipaddress.ip_network(dst, strict=False)
+    except (ValueError, TypeError) as e:
+        raise CNIError(ERR_INVALID_NETWORK_CONFIG, f'invalid route destination "{dst}"') from e
+    if gateway is not None and gateway.version != net.version:
+        raise CNIError(ERR_INVALID_NETWORK_CONFIG,
+                       f'gateway "{gateway}" does not match route destination "{net}"')
+    # pyroute2 turns "0.0.0.0/0" / "::/0" into "family only" (no RTA_DST)
+    spec: dict[str, Any] = {
+        "dst": str(net),
+        "family": socket.AF_INET if net.version == 4 else socket.AF_INET6,
+    }
+    if gateway is not None:
+        spec["gateway"] = str(gateway)
+    if dev is not None:
+        spec["oif"] = link_index(ipr, dev)
+    return spec
+
+
+def routes(
+    ipr: IPRoute, family: int | None = None, table: int | None = RT_TABLE_MAIN
+) -> list[dict]:
+    """Routes of one table (main by default; ``table=None``: all tables).
+
+    Each is ``{dst: ip_network, gw: ip_address | None, oif: ifindex | None,
+    table, scope (int, 0 universe / 253 link / 254 host), priority (metric,
+    0 when unset), family (4/6), proto, type, src (prefsrc or None), mtu
+    (RTAX_MTU or None), advmss (RTAX_ADVMSS or None)}``, in dump order.
+    Multipath routes show ``gw``/``oif`` None.
+
+    Raises:
+        CNIError: 999 for kernel errors.
+    """
+    fam = _family(family)
+    # family 255: the kernel dumps every family (pyroute2's documented trick)
+    msgs = _call("list routes", f"(table {table})", ipr.get_routes, family=fam or 255)
+    out = []
+    for msg in msgs:
+        mfam = msg["family"]
+        if mfam not in (socket.AF_INET, socket.AF_INET6) or (fam and mfam != fam):
+            continue
+        mtable = msg.get("RTA_TABLE") or msg["table"]
+        if table is not None and mtable != table:
+            continue
+        zero = "0.0.0.0" if mfam == socket.AF_INET else "::"
+        dst = ipaddress.ip_network(f"{msg.get('RTA_DST') or zero}/{msg['dst_len']}",
+                                   strict=False)
+        gw = msg.get("RTA_GATEWAY")
+        src = msg.get("RTA_PREFSRC")
+        mtu = advmss = None
+        metrics = msg.get("RTA_METRICS")
+        if metrics is not None:
+            mtu = metrics.get("RTAX_MTU")
+            advmss = metrics.get("RTAX_ADVMSS")
+        out.append({
+            "dst": dst,
+            "gw": ipaddress.ip_address(gw) if gw else None,
+            "oif": msg.get("RTA_OIF"),
+            "table": mtable,
+            "scope": msg["scope"],
+            "priority": msg.get("RTA_PRIORITY") or 0,
+            "family": 4 if mfam == socket.AF_INET else 6,
+            "proto": msg["proto"],
+            "type": msg["type"],
+            "src": ipaddress.ip_address(src) if src else None,
+            "mtu": mtu,
+            "advmss": advmss,
+        })
+    return out
+
+
+def add_route(
+    ipr: IPRoute,
+    dst: str | IPNetwork,
+    gw: str | IPAddress | None = None,
+    dev: str | int | None = None,
+    mtu: int | None = None,
+    advmss: int | None = None,
+    priority: int | None = None,
+    table: int | None = None,
+    scope: int | str | None = None,
+) -> bool:
+    """Add a unicast route (proto boot, as Go's netlink and iproute2).
+
+    ``dst``: a network (``"10.2.0.0/16"``; host bits are masked off; a bare
+    address is a host route; ``"default"`` with a gateway). ``gw``: next hop;
+    ``dev``: output link name/ifindex. ``mtu``/``advmss`` in bytes (route
+    metrics). ``priority``: metric. ``table``: 254 (main) when None.
+    ``scope``: int or "universe"/"link"/"host"/"site"; None leaves the
+    kernel default (universe), as Go's ``ip.AddRoute`` does.
+
+    Idempotent: an identical route (EEXIST) returns False; True when added.
+    Note EEXIST means "same dst/metric/table exists", possibly with another
+    gateway.
+
+    Raises:
+        LinkNotFound: (999) ``dev`` missing.
+        CNIError: 7 for bad dst/gw/scope, 999 for kernel errors (e.g.
+        ENETUNREACH for a gateway not reachable on-link).
+    """
+    spec = _route_spec(ipr, dst, gw, dev)
+    spec["proto"] = "boot"
+    if priority is not None:
+        spec["priority"] = int(priority)
+    if table is not None:
+        spec["table"] = int(table)
+    sc = _scope(scope)
+    if sc is not None:
+        spec["scope"] = sc
+    metrics = {k: int(v) for k, v in (("mtu", mtu), ("advmss", advmss)) if v is not None}
+    if metrics:
+        spec["metrics"] = metrics
+    result = _call("add route", _route_target(spec, gw, dev), ipr.route, "add",
+                   ignore=(errno.EEXIST,), **spec)
+    return result is not None
+
+
+def del_route(
+    ipr: IPRoute,
+    dst: str | IPNetwork,
+    gw: str | IPAddress | None = None,
+    dev: str | int | None = None,
+    priority: int | None = None,
+    table: int | None = None,
+    scope: int | str | None = None,
+    missing_ok: bool = True,
+) -> bool:
+    """Delete a route; arguments as :func:`add_route`, unset ones match any.
+
+    (The scope defaults to "nowhere", which the kernel treats as a wildcard.)
+    True if a route was deleted; a missing route (ESRCH) or ``dev`` returns
+    False with ``missing_ok`` (default).
+
+    Raises:
+        LinkNotFound: (999) ``dev`` missing and not ``missing_ok``.
+        CNIError: 7 for bad arguments, 999 for kernel errors.
+    """
+    try:
+        spec = _route_spec(ipr, dst, gw, dev)
+    except LinkNotFound:
+        if missing_ok:
+            return False
+        raise
+    if priority is not None:
+        spec["priority"] = int(priority)
+    if table is not None:
+        spec["table"] = int(table)
+    sc = _scope(scope)
+    spec["scope"] = RT_SCOPE_NOWHERE if sc is None else sc
+    ignore = (errno.ESRCH,) if missing_ok else ()
+    result = _call("delete route", _route_target(spec, gw, dev), ipr.route, "del",
+                   ignore=ignore, **spec)
+    return result is not None
+
+
+def _route_target(spec: dict[str, Any], gw: Any, dev: Any) -> str:
+    text = spec["dst"]
+    if gw is not None and gw != "":
+        text += f" via {gw}"
+    if dev is not None:
+        text += f" dev {dev}"
+    return text

@@ -1,0 +1,284 @@
+"""The plugin skeleton: (environment, stdin) -> (stdout, exit code).
+
+Source: CNI spec 1.1.0 sections "Protocol parameters", "Operations",
+"Result types" and the Go skel (pkg/skel): validation order, error codes,
+version checks per verb. `dispatch` keeps no state between calls, so a
+long-lived worker can serve many invocations in one process.
+
+Start-up matters (every call pays it, and podman runs VERSION before every
+command): this module imports only the stdlib; pydantic and the result models
+load on the first verb that needs a config.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable, Mapping
+from typing import IO, Any, ClassVar
+
+from .env import CmdArgs, parse_env, validate_network_name
+from .errors import (
+    ERR_DECODING_FAILURE,
+    ERR_INCOMPATIBLE_CNI_VERSION,
+    ERR_INTERNAL,
+    ERR_INVALID_NETNS,
+    ERR_IO_FAILURE,
+    CNIError,
+)
+from .version import (
+    ALL_VERSIONS,
+    CURRENT_VERSION,
+    check_supported,
+    config_version,
+    parse_version,
+    version_at_least,
+)
+
+__all__ = ["Plugin", "dispatch", "run_plugin_main"]
+
+# Minimum config version per verb (spec: CHECK 0.4.0, STATUS and GC 1.1.0).
+_MIN_VERSION = {"CHECK": "0.4.0", "STATUS": "1.1.0", "GC": "1.1.0"}
+_HANDLERS = {"ADD": "add", "CHECK": "check", "DEL": "delete", "STATUS": "status", "GC": "gc"}
+
+
+def _resolve(ref: Any) -> Any:
+    """A class, or a ``"package.module:Name"`` string imported on first use."""
+    if isinstance(ref, str):
+        import importlib
+
+        module, _, attr = ref.partition(":")
+        obj: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+        return obj
+    return ref
+
+
+class Plugin:
+    """Base class of a CNI plugin. Subclass it and implement the verbs.
+
+    Class attributes:
+        name: plugin name for the about text (CNI_COMMAND unset).
+        config_model: `cni_skel.config.NetConf` subclass that stdin is parsed
+            into, or a ``"module:Class"`` string to defer its import.
+        args_model: `cni_skel.args.CNIArgs` subclass for CNI_ARGS (or string);
+            None leaves CNI_ARGS unparsed (``CmdArgs.cni_args`` is None).
+        supported_versions: spec versions accepted in ``cniVersion``.
+
+    Handlers get the validated `CmdArgs` and the config model instance:
+        add(args, conf) -> Result: the result in the current (1.1.0) model;
+            the skel converts it to the config's cniVersion. Return
+            ``conf.prev_result`` to pass a chain's result through.
+        check(args, conf), delete(args, conf): return None on success.
+        status(args, conf), gc(args, conf): default to success.
+    Raise `CNIError` to choose the error code; anything else becomes 999.
+    """
+
+    name: ClassVar[str] = "cni-skel"
+    about: ClassVar[str | None] = None
+    config_model: ClassVar[Any] = "cni_skel.config:NetConf"
+    args_model: ClassVar[Any] = None
+    supported_versions: ClassVar[tuple[str, ...]] = ALL_VERSIONS
+
+    def add(self, args: CmdArgs, conf: Any) -> Any:
+        raise CNIError(ERR_INTERNAL, f"{self.name}: ADD is not implemented")
+
+    def check(self, args: CmdArgs, conf: Any) -> None:
+        raise CNIError(ERR_INTERNAL, f"{self.name}: CHECK is not implemented")
+
+    def delete(self, args: CmdArgs, conf: Any) -> None:
+        raise CNIError(ERR_INTERNAL, f"{self.name}: DEL is not implemented")
+
+    def status(self, args: CmdArgs, conf: Any) -> None:
+        return None
+
+    def gc(self, args: CmdArgs, conf: Any) -> None:
+        return None
+
+    @classmethod
+    def about_text(cls) -> str:
+        head = cls.about or f"CNI {cls.name} plugin (cni-skel)"
+        return f"{head}\nCNI protocol versions supported: {', '.join(cls.supported_versions)}\n"
+
+    @classmethod
+    def dispatch(cls, env: Mapping[str, str], stdin_data: bytes,
+                 stderr: IO[str] | None = None) -> tuple[bytes, int]:
+        """See `dispatch`."""
+        return dispatch(cls, env, stdin_data, stderr)
+
+    @classmethod
+    def main(cls) -> None:
+        """Entry point of the plugin executable: env + stdin in, JSON out, exit."""
+        sys.exit(_main(cls))
+
+
+def _dumps(obj: Any) -> bytes:
+    # Indented like the Go plugins' output, which eases diffing against them.
+    return json.dumps(obj, indent=4).encode()
+
+
+def _error(exc: CNIError, version: str | None) -> tuple[bytes, int]:
+    return _dumps(exc.to_dict(version or CURRENT_VERSION)), 1
+
+
+def _version_answer(plugin: type[Plugin], stdin_data: bytes) -> bytes:
+    # Spec: echo the cniVersion asked for; Go answers its newest. We echo a
+    # well-formed request and answer our newest otherwise.
+    asked = CURRENT_VERSION
+    try:
+        req = json.loads(stdin_data) if stdin_data.strip() else {}
+        v = req.get("cniVersion") if isinstance(req, dict) else None
+        if isinstance(v, str):
+            parse_version(v)
+            asked = v
+    except (ValueError, CNIError):
+        pass
+    return _dumps({"cniVersion": asked, "supportedVersions": list(plugin.supported_versions)})
+
+
+def _same_netns_as_ours(path: str) -> bool:
+    try:
+        a = os.stat(path)
+        b = os.stat("/proc/self/ns/net")
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def dispatch(plugin: type[Plugin], env: Mapping[str, str], stdin_data: bytes,
+             stderr: IO[str] | None = None) -> tuple[bytes, int]:
+    """Run one CNI invocation of ``plugin`` and return (stdout bytes, exit code).
+
+    Pure with respect to the process: reads only ``env`` and ``stdin_data``,
+    writes diagnostics (about text, tracebacks) to ``stderr`` (default
+    sys.stderr). stdout is always empty or exactly one JSON document: a
+    Result, a VersionResult, or an Error object (exit 1).
+    """
+    err_out = stderr if stderr is not None else sys.stderr
+    version: str | None = None
+    try:
+        if not env.get("CNI_COMMAND"):
+            # Go skel: no command means a human ran us; print the about text.
+            err_out.write(plugin.about_text())
+            return b"", 0
+        args = parse_env(env, stdin_data)
+        cmd = args.command
+        if cmd == "VERSION":
+            return _version_answer(plugin, stdin_data), 0
+
+        try:
+            raw = json.loads(stdin_data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise CNIError(ERR_DECODING_FAILURE, f"error unmarshall network config: {exc}") \
+                from None
+        if not isinstance(raw, dict):
+            raise CNIError(ERR_DECODING_FAILURE, "error unmarshall network config: "
+                           f"expected a JSON object, got {type(raw).__name__}")
+        name = raw.get("name", "")
+        if not isinstance(name, str):
+            raise CNIError(ERR_DECODING_FAILURE, "error unmarshall network config: "
+                           f"name must be a string, got {name!r}")
+        validate_network_name(name)
+        conf_version = config_version(raw)
+        if conf_version in ALL_VERSIONS:
+            version = conf_version
+
+        minimum = _MIN_VERSION.get(cmd)
+        if minimum is not None and not version_at_least(conf_version, minimum):
+            raise CNIError(ERR_INCOMPATIBLE_CNI_VERSION, f"config version does not allow {cmd}")
+        check_supported(conf_version, plugin.supported_versions)
+
+        if cmd in ("ADD", "CHECK", "DEL") and args.netns \
+                and env.get("CNI_NETNS_OVERRIDE", "").lower() not in ("1", "true") \
+                and _same_netns_as_ours(args.netns):
+            raise CNIError(ERR_INVALID_NETNS,
+                           "plugin's netns and netns from CNI_NETNS should not be the same",
+                           args.netns)
+
+        if plugin.args_model is not None:
+            from .args import load_args
+
+            args = _replace(args, cni_args=load_args(args.args, _resolve(plugin.args_model)))
+
+        conf = _load_config(plugin, raw)
+        handler: Callable[[CmdArgs, Any], Any] = getattr(plugin(), _HANDLERS[cmd])
+        result = handler(args, conf)
+        if cmd != "ADD":
+            return b"", 0
+        return _result_bytes(result, conf_version), 0
+    except CNIError as exc:
+        return _error(exc, version)
+    except Exception as exc:  # any bug becomes code 999; details go to stderr only
+        traceback.print_exc(file=err_out)
+        msg = str(exc) or type(exc).__name__
+        return _error(CNIError(ERR_INTERNAL, msg), version)
+
+
+def _replace(args: CmdArgs, **changes: Any) -> CmdArgs:
+    from dataclasses import replace
+
+    return replace(args, **changes)
+
+
+def _load_config(plugin: type[Plugin], raw: dict) -> Any:
+    from pydantic import ValidationError
+
+    from .config import config_error
+
+    model = _resolve(plugin.config_model)
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise config_error(exc) from None
+
+
+def _result_bytes(result: Any, version: str) -> bytes:
+    from .types import Result, parse_result
+
+    if result is None:
+        raise CNIError(ERR_INTERNAL, "plugin returned no result for ADD")
+    if isinstance(result, dict):
+        result = parse_result(result, version)
+    if not isinstance(result, Result):
+        raise CNIError(ERR_INTERNAL, f"plugin returned {type(result).__name__}, not a Result")
+    return _dumps(result.to_version(version))
+
+
+def _main(plugin: type[Plugin]) -> int:
+    env = os.environ
+    cmd = env.get("CNI_COMMAND", "")
+    data = b""
+    read_error = None
+    # Go skips stdin for VERSION; we read it (to echo cniVersion) unless a
+    # human is at a terminal, where reading would block.
+    if cmd and not (cmd == "VERSION" and sys.stdin is not None and sys.stdin.isatty()):
+        try:
+            data = sys.stdin.buffer.read() if sys.stdin is not None else b""
+        except (OSError, ValueError) as exc:
+            read_error = CNIError(ERR_IO_FAILURE, f"error reading from stdin: {exc}")
+    # Nothing but our one JSON document may reach fd 1: point fd 1 (and
+    # sys.stdout, and so any child process) at stderr while the plugin runs.
+    sys.stdout.flush()
+    real_stdout = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        if read_error is not None:
+            out, code = _error(read_error, None)
+        else:
+            out, code = dispatch(plugin, env, data)
+    finally:
+        sys.stdout.flush()
+        os.dup2(real_stdout, 1)
+        os.close(real_stdout)
+    if out:
+        with os.fdopen(os.dup(1), "wb") as fp:
+            fp.write(out)
+    return code
+
+
+def run_plugin_main(ref: str) -> None:
+    """Entry of an installed executable: import ``"module:Class"`` and run it."""
+    _resolve(ref).main()

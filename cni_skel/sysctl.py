@@ -1,0 +1,110 @@
+"""Read and write sysctls under /proc/sys, safely.
+
+Network sysctls (``net.*``) are per network namespace, and the kernel picks
+the namespace of the *thread* that opens the file: to act on a container, call
+these inside :meth:`cni_skel.netns.NetNS.enter`. Standard library only.
+
+Keys are ``net.ipv4.ip_forward`` (dots become slashes) or
+``net/ipv4/ip_forward`` (used as is). Interface names may contain dots
+(``eth0.100``): use the slash form for those. Which keys a plugin may touch
+(e.g. the tuning plugin's ``net.*``-only rule) is the caller's policy; this
+module only guarantees the path stays inside /proc/sys.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, CNIError
+
+__all__ = ["PROC_SYS", "read_sysctl", "sysctl_path", "write_sysctl"]
+
+PROC_SYS = "/proc/sys"
+
+
+def _invalid(key: object, why: str) -> CNIError:
+    return CNIError(ERR_INVALID_NETWORK_CONFIG, f'invalid sysctl key "{key}": {why}')
+
+
+def sysctl_path(key: str) -> str:
+    """The /proc/sys file for ``key``.
+
+    A key containing ``/`` is a relative path as is; otherwise every ``.``
+    separates components.
+
+    Raises:
+        CNIError: code 7 (naming the key) for a key that is not a string, is
+            empty, absolute, contains NUL, empty / ``.`` / ``..`` components,
+            or resolves (symlinks included) outside /proc/sys.
+    """
+    if not isinstance(key, str) or not key:
+        raise _invalid(key, "empty")
+    if "\0" in key:
+        raise _invalid(key, "contains NUL")
+    if key.startswith("/"):
+        raise _invalid(key, "absolute paths are not allowed")
+    parts = key.split("/") if "/" in key else key.split(".")
+    for part in parts:
+        if part in ("", ".", ".."):
+            raise _invalid(key, "empty or relative path component")
+    path = os.path.join(PROC_SYS, *parts)
+    real = os.path.realpath(path)
+    if os.path.commonpath([real, PROC_SYS]) != PROC_SYS or real == PROC_SYS:
+        raise _invalid(key, "resolves outside /proc/sys")
+    return path
+
+
+def _strerror(e: OSError) -> str:
+    msg = e.strerror or (os.strerror(e.errno) if e.errno else str(e))
+    return msg[:1].lower() + msg[1:]
+
+
+def read_sysctl(key: str) -> str:
+    """The current value of ``key`` (whitespace-stripped), in this thread's netns.
+
+    Raises:
+        CNIError: 7 for an invalid key or EINVAL from the kernel; 999 for
+            other errors (e.g. ENOENT: no such sysctl), naming the key.
+    """
+    path = sysctl_path(key)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        code = ERR_INVALID_NETWORK_CONFIG if e.errno == errno.EINVAL else ERR_INTERNAL
+        raise CNIError(code, f'failed to read sysctl "{key}": {_strerror(e)}') from e
+    return data.decode(errors="replace").strip()
+
+
+def write_sysctl(key: str, value: str) -> None:
+    """Write ``value`` (as is, one write(2)) to ``key``, in this thread's netns.
+
+    Raises:
+        CNIError: 7 for an invalid key or when the kernel rejects the value
+            (EINVAL); 999 for other errors (ENOENT, EPERM, EACCES...), naming
+            the key.
+    """
+    path = sysctl_path(key)
+    data = str(value).encode()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            written = os.write(fd, data)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        if e.errno == errno.EINVAL:
+            raise CNIError(
+                ERR_INVALID_NETWORK_CONFIG,
+                f'failed to write sysctl "{key}" = "{value}": kernel rejected the value'
+                f" ({_strerror(e)})",
+            ) from e
+        raise CNIError(
+            ERR_INTERNAL, f'failed to write sysctl "{key}" = "{value}": {_strerror(e)}'
+        ) from e
+    if written != len(data):
+        raise CNIError(
+            ERR_INTERNAL,
+            f'failed to write sysctl "{key}": short write ({written} of {len(data)} bytes)',
+        )

@@ -1,0 +1,322 @@
+"""Reading results of any spec version, and writing each version's shape.
+
+The current `Result` is the hub: `parse_result` converts up into it,
+`result_to_version` writes it down (or across) to a target version. The rules
+are those of the CNI spec 1.1.0 and of the Go SDK's converters:
+
+* 1.0.0 and 1.1.0 share one shape (Go keeps the 1.1.0 fields when printing
+  1.0.0, and so do we);
+* 0.3.0, 0.3.1 and 0.4.0 add ``version`` to each ``ips`` entry (computed here
+  from the address) and drop the interface fields ``mtu``, ``socketPath``
+  and ``pciID``;
+* 0.1.0 and 0.2.0 hold only the first IPv4 and the first IPv6 address, as
+  ``ip4``/``ip6``, each with the routes of its family reduced to ``dst`` and
+  ``gw``; interfaces are dropped. A result with no address cannot be written
+  in these versions.
+
+Output dicts have Go's key order so that printed results diff cleanly against
+the Go plugins'. ``dns`` is always printed (``{}`` when empty), as the Go
+reference plugins 1.1.1 do.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, ConfigDict, Field, ValidationError
+
+from ..errors import ERR_DECODING_FAILURE, ERR_INCOMPATIBLE_CNI_VERSION, CNIError
+from ..model import CNIModel
+from .current import (
+    CURRENT_VERSION,
+    DNS,
+    Interface,
+    IPConfig,
+    Result,
+    Route,
+)
+from .legacy import Result020, Result040
+
+__all__ = [
+    "SUPPORTED_VERSIONS",
+    "ErrorResult",
+    "VersionResult",
+    "parse_result",
+    "result_to_version",
+]
+
+SUPPORTED_VERSIONS = ("0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+
+_VERSIONS_02X = frozenset(("0.1.0", "0.2.0"))
+_VERSIONS_04X = frozenset(("0.3.0", "0.3.1", "0.4.0"))
+_VERSIONS_1X = frozenset(("1.0.0", "1.1.0"))
+
+
+# --- other answers a plugin may print ------------------------------------------
+
+
+class ErrorResult(CNIModel):
+    """The spec's Error object, as printed by a failing plugin."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    cni_version: str | None = Field(None, alias="cniVersion")
+    code: int
+    msg: str
+    details: Annotated[str, BeforeValidator(lambda v: "" if v is None else v)] = ""
+
+    def to_error(self, *, stderr: str = "") -> CNIError:
+        """The equivalent `CNIError` (to re-raise a delegated plugin's error)."""
+        return CNIError(self.code, self.msg, self.details, stderr=stderr)
+
+
+class VersionResult(CNIModel):
+    """The answer to the VERSION command."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    cni_version: str = Field(alias="cniVersion")
+    supported_versions: list[str] = Field(alias="supportedVersions")
+
+
+# --- reading -------------------------------------------------------------------
+
+
+def _load(data: dict | str | bytes) -> dict:
+    if isinstance(data, bytes | bytearray | str):
+        try:
+            data = json.loads(data)
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+            raise CNIError(ERR_DECODING_FAILURE, "failed to decode result", str(exc)) from None
+    if not isinstance(data, dict):
+        raise CNIError(
+            ERR_DECODING_FAILURE,
+            "failed to decode result",
+            f"a result must be a JSON object, not {type(data).__name__}",
+        )
+    return data
+
+
+def _get_folded(data: dict, key: str) -> Any:
+    """``data[key]`` matched as Go does: exactly first, then ignoring case."""
+    if key in data:
+        return data[key]
+    folded = key.lower()
+    for name, value in data.items():
+        if isinstance(name, str) and name.lower() == folded:
+            return value
+    return None
+
+
+def _short_repr(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _describe(exc: ValidationError) -> str:
+    """One line per error: ``key.path: problem``."""
+    parts = []
+    for err in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in err["loc"]) or "result"
+        msg = err["msg"]
+        if err["type"] != "missing" and not err["type"].startswith("cni_"):
+            msg = f"{msg}, got {_short_repr(err.get('input'))}"
+        parts.append(f"{where}: {msg}")
+    return "; ".join(parts)
+
+
+def _looks_current(data: dict) -> bool:
+    """A 0.1.0/0.2.0-labelled result in the newer shape (Go loopback 1.1.1)."""
+    keys = {k.lower(): v for k, v in data.items() if isinstance(k, str)}
+    if keys.get("ip4") is not None or keys.get("ip6") is not None:
+        return False
+    return bool(keys.get("ips") or keys.get("interfaces"))
+
+
+def _from_040(old: Result040) -> Result:
+    return Result(
+        interfaces=[
+            Interface(name=i.name, mac=i.mac, sandbox=i.sandbox) for i in old.interfaces
+        ],
+        ips=[
+            IPConfig(interface=ip.interface, address=ip.address, gateway=ip.gateway)
+            for ip in old.ips
+        ],
+        routes=[r.model_copy() for r in old.routes],
+        dns=old.dns.model_copy(deep=True),
+    )
+
+
+def _from_020(old: Result020) -> Result:
+    result = Result(dns=old.dns.model_copy(deep=True))
+    for section in (old.ip4, old.ip6):
+        if section is None:
+            continue
+        result.ips.append(IPConfig(address=section.ip, gateway=section.gateway))
+        result.routes.extend(r.model_copy() for r in section.routes)
+    return result
+
+
+def parse_result(data: dict | str | bytes, version: str | None = None) -> Result:
+    """Read a result of any supported spec version into the current model.
+
+    The version is the result's own ``cniVersion`` when present and not empty,
+    else ``version`` (typically the config's), else the current version. The
+    returned result's ``cni_version`` is that version.
+
+    Raises `CNIError`: code 1 for an unsupported version, code 6 for content
+    that cannot be decoded (details name the key path and the bad value).
+    """
+    obj = _load(data)
+    label = _get_folded(obj, "cniVersion")
+    if label is not None and not isinstance(label, str):
+        raise CNIError(
+            ERR_DECODING_FAILURE,
+            "failed to decode result",
+            f"cniVersion: {_short_repr(label)} is not a string",
+        )
+    ver = label or version or CURRENT_VERSION
+    if ver not in SUPPORTED_VERSIONS:
+        raise CNIError(
+            ERR_INCOMPATIBLE_CNI_VERSION,
+            "incompatible CNI versions",
+            f'result version "{ver}" is not supported',
+        )
+    try:
+        if ver in _VERSIONS_1X:
+            result = Result.model_validate(obj)
+        elif ver in _VERSIONS_04X:
+            result = _from_040(Result040.model_validate(obj))
+        elif _looks_current(obj):
+            result = Result.model_validate(obj)
+        else:
+            result = _from_020(Result020.model_validate(obj))
+    except ValidationError as exc:
+        raise CNIError(ERR_DECODING_FAILURE, "failed to decode result", _describe(exc)) from None
+    result.cni_version = ver
+    return result
+
+
+# --- writing -------------------------------------------------------------------
+
+
+def _dns_wire(dns: DNS) -> dict:
+    out: dict[str, Any] = {}
+    if dns.nameservers:
+        out["nameservers"] = list(dns.nameservers)
+    if dns.domain:
+        out["domain"] = dns.domain
+    if dns.search:
+        out["search"] = list(dns.search)
+    if dns.options:
+        out["options"] = list(dns.options)
+    return out
+
+
+def _route_wire(route: Route, *, full: bool = True) -> dict:
+    out: dict[str, Any] = {"dst": str(route.dst)}
+    if route.gw is not None:
+        out["gw"] = str(route.gw)
+    if not full:
+        return out
+    # mtu/advmss/priority are plain ints with omitempty in Go; table/scope are
+    # pointers, so 0 is printed.
+    if route.mtu:
+        out["mtu"] = route.mtu
+    if route.advmss:
+        out["advmss"] = route.advmss
+    if route.priority:
+        out["priority"] = route.priority
+    if route.table is not None:
+        out["table"] = route.table
+    if route.scope is not None:
+        out["scope"] = route.scope
+    return out
+
+
+def _interface_wire(intf: Interface, *, full: bool) -> dict:
+    out: dict[str, Any] = {"name": intf.name}
+    if intf.mac:
+        out["mac"] = intf.mac
+    if full and intf.mtu:
+        out["mtu"] = intf.mtu
+    if intf.sandbox:
+        out["sandbox"] = intf.sandbox
+    if full and intf.socket_path:
+        out["socketPath"] = intf.socket_path
+    if full and intf.pci_id:
+        out["pciID"] = intf.pci_id
+    return out
+
+
+def _ip_wire(ip: IPConfig, *, with_version: bool) -> dict:
+    out: dict[str, Any] = {}
+    if with_version:
+        out["version"] = ip.version
+    if ip.interface is not None:
+        out["interface"] = ip.interface
+    out["address"] = str(ip.address)
+    if ip.gateway is not None:
+        out["gateway"] = str(ip.gateway)
+    return out
+
+
+def _to_list_shape(result: Result, version: str, *, legacy: bool) -> dict:
+    """1.x shape, or the 0.3.x/0.4.0 one when ``legacy``."""
+    out: dict[str, Any] = {"cniVersion": version}
+    if result.interfaces:
+        out["interfaces"] = [_interface_wire(i, full=not legacy) for i in result.interfaces]
+    if result.ips:
+        out["ips"] = [_ip_wire(ip, with_version=legacy) for ip in result.ips]
+    if result.routes:
+        out["routes"] = [_route_wire(r) for r in result.routes]
+    out["dns"] = _dns_wire(result.dns)
+    return out
+
+
+def _to_02x(result: Result, version: str) -> dict:
+    firsts: dict[int, IPConfig] = {}
+    for ip in result.ips:
+        firsts.setdefault(ip.address.version, ip)
+        if len(firsts) == 2:
+            break
+    if not firsts:
+        raise CNIError(
+            ERR_INCOMPATIBLE_CNI_VERSION,
+            f"cannot convert result to version {version}",
+            "no IP addresses to express as ip4/ip6",
+        )
+    out: dict[str, Any] = {"cniVersion": version}
+    for family, key in ((4, "ip4"), (6, "ip6")):
+        ip = firsts.get(family)
+        if ip is None:
+            continue
+        section: dict[str, Any] = {"ip": str(ip.address)}
+        if ip.gateway is not None:
+            section["gateway"] = str(ip.gateway)
+        routes = [_route_wire(r, full=False) for r in result.routes if r.dst.version == family]
+        if routes:
+            section["routes"] = routes
+        out[key] = section
+    out["dns"] = _dns_wire(result.dns)
+    return out
+
+
+def result_to_version(result: Result, version: str) -> dict:
+    """``result`` as a JSON-ready dict in the wire shape of ``version``.
+
+    Raises `CNIError` (code 1) for an unsupported version, or when the result
+    has no IP address and ``version`` is 0.1.0 or 0.2.0.
+    """
+    if version in _VERSIONS_1X:
+        return _to_list_shape(result, version, legacy=False)
+    if version in _VERSIONS_04X:
+        return _to_list_shape(result, version, legacy=True)
+    if version in _VERSIONS_02X:
+        return _to_02x(result, version)
+    raise CNIError(
+        ERR_INCOMPATIBLE_CNI_VERSION,
+        "incompatible CNI versions",
+        f'cannot convert result to unsupported version "{version}"',
+    )

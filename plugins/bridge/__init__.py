@@ -1,0 +1,1 @@
+"""Reference plugin `bridge` (not implemented yet; see the open issues)."""

@@ -1,0 +1,1 @@
+"""Reference plugin `host_local` (not implemented yet; see the open issues)."""

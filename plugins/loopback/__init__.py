@@ -1,0 +1,81 @@
+"""The ``loopback`` plugin: brings ``lo`` up inside the container's netns.
+
+A drop-in for the Go reference loopback (containernetworking/plugins,
+plugins/main/loopback): same answers, same executable name. The module is
+light on purpose (the skel and this class only); netlink loads in the verbs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cni_skel.env import CmdArgs
+from cni_skel.errors import ERR_INTERNAL, CNIError
+from cni_skel.skel import Plugin
+
+__all__ = ["Loopback", "main"]
+
+LO = "lo"
+
+
+class Loopback(Plugin):
+    """ADD: ``lo`` up, result with its loopback addresses (or prevResult when
+    chained). CHECK: ``lo`` is up. DEL: ``lo`` down; a gone netns is done.
+
+    CNI_IFNAME is ignored, as upstream: this plugin only ever acts on ``lo``.
+    """
+
+    name = "loopback"
+
+    def add(self, args: CmdArgs, conf: Any) -> Any:
+        from cni_skel import netlink
+        from cni_skel.netns import NetNS
+        from cni_skel.types import Interface, IPConfig, Result
+
+        with NetNS.open(args.netns) as ns, ns.iproute() as ipr:
+            netlink.link_up(ipr, LO)
+            addrs = netlink.addresses(ipr, LO)
+        for addr in addrs:
+            if not addr.ip.is_loopback:
+                raise CNIError(ERR_INTERNAL,
+                               f'loopback interface found with non-loopback address "{addr}"')
+        if conf.prev_result is not None:
+            return conf.prev_result
+        ips = []
+        for family in (4, 6):
+            first = next((a for a in addrs if a.version == family), None)
+            if first is not None:
+                ips.append(IPConfig(address=first, interface=0))
+        return Result(
+            cni_version=conf.cni_version,
+            interfaces=[Interface(name=LO, mac="00:00:00:00:00:00", sandbox=args.netns)],
+            ips=ips,
+        )
+
+    def check(self, args: CmdArgs, conf: Any) -> None:
+        from cni_skel import netlink
+        from cni_skel.netns import NetNS
+
+        with NetNS.open(args.netns) as ns, ns.iproute() as ipr:
+            link = netlink.find_link(ipr, LO)
+        if link is None or not link["up"]:
+            raise CNIError(ERR_INTERNAL, "loopback interface is down", args.netns)
+
+    def delete(self, args: CmdArgs, conf: Any) -> None:
+        from cni_skel import netlink
+        from cni_skel.netns import open_netns
+
+        ns = open_netns(args.netns, missing_ok=True)
+        if ns is None:
+            return
+        with ns, ns.iproute() as ipr:
+            netlink.link_down(ipr, LO)
+
+
+def main() -> None:
+    """Executable entry point (``cni-skel install`` writes a script calling it)."""
+    Loopback.main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Reference plugin `portmap` (not implemented yet; see the open issues)."""

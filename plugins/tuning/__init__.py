@@ -1,0 +1,1 @@
+"""Reference plugin `tuning` (not implemented yet; see the open issues)."""

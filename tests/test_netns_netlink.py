@@ -1,0 +1,539 @@
+"""Tests for cni_skel.netns, cni_skel.netlink and cni_skel.sysctl.
+
+Run as root. Every test acts only inside network namespaces it creates
+(``cnsk-<pid>-<n>``) and removes; the root namespace is only ever read (by
+interface name, and one sysctl value).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import ipaddress
+import itertools
+import os
+import socket
+import threading
+
+import pytest
+
+from cni_skel.errors import CNIError
+from cni_skel.netlink import (
+    LinkExists,
+    LinkNotFound,
+    add_address,
+    add_route,
+    addresses,
+    create_veth_pair,
+    del_address,
+    del_route,
+    delete_link,
+    find_link,
+    link_down,
+    link_index,
+    link_set,
+    link_up,
+    move_link,
+    routes,
+)
+from cni_skel.netns import NetNS, NetNSNotFound, current_netns, open_netns
+from cni_skel.sysctl import read_sysctl, sysctl_path, write_sysctl
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)"),
+]
+
+_seq = itertools.count()
+IFF_UP = 0x1
+IFF_PROMISC = 0x100
+
+
+def _root_has_link(name: str) -> bool:
+    """Read-only: is there an interface ``name`` in the calling thread's netns?"""
+    return any(n == name for _, n in socket.if_nameindex())
+
+
+@pytest.fixture
+def make_ns():
+    """Factory: create a named netns, return an open NetNS on it; all removed after."""
+    from pyroute2 import netns as p2netns
+
+    created: list[str] = []
+    handles: list[NetNS] = []
+
+    def make() -> NetNS:
+        name = f"cnsk-{os.getpid()}-{next(_seq)}"
+        p2netns.create(name)
+        created.append(name)
+        ns = NetNS.open(f"/var/run/netns/{name}")
+        handles.append(ns)
+        return ns
+
+    try:
+        yield make
+    finally:
+        for ns in handles:
+            ns.close()
+        for name in created:
+            with contextlib.suppress(OSError):
+                p2netns.remove(name)
+
+
+@pytest.fixture
+def origin():
+    """The test thread's netns at start; asserts the thread is back there at the end."""
+    with current_netns() as ns:
+        yield ns
+        assert ns.same_as_current(), "test left the thread in another netns"
+
+
+def _add_test_link(ipr, name: str) -> str:
+    """Create a stand-alone test link; "dummy" if the kernel has it, else ifb/bridge.
+
+    Returns the kind used.
+    """
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    for kind in ("dummy", "ifb", "bridge"):
+        try:
+            ipr.link("add", ifname=name, kind=kind)
+            return kind
+        except NetlinkError as e:
+            if e.code not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+    raise AssertionError("no dummy/ifb/bridge support in this kernel")
+
+
+def _flags(ipr, name: str) -> int:
+    return ipr.link("get", ifname=name)[0]["flags"]
+
+
+# ---------------------------------------------------------------------------
+# open / validate
+
+
+def test_open_missing_path_is_code_3(tmp_path):
+    missing = str(tmp_path / "nope")
+    with pytest.raises(NetNSNotFound) as ei:
+        NetNS.open(missing)
+    assert ei.value.code == 3
+    assert ei.value.msg == f'failed to open netns "{missing}": no such file or directory'
+    assert isinstance(ei.value, CNIError)
+    with pytest.raises(NetNSNotFound):
+        open_netns(missing)
+    assert open_netns(missing, missing_ok=True) is None
+    assert open_netns("", missing_ok=True) is None
+    with pytest.raises(NetNSNotFound):
+        open_netns("")
+
+
+@pytest.mark.parametrize("kind", ["file", "dir", "devnull", "mntns", "fifo"])
+def test_open_not_a_netns_is_code_8(tmp_path, kind):
+    if kind == "file":
+        path = tmp_path / "f"
+        path.write_text("")
+    elif kind == "dir":
+        path = tmp_path
+    elif kind == "devnull":
+        path = "/dev/null"
+    elif kind == "mntns":
+        path = "/proc/self/ns/mnt"
+    else:
+        path = tmp_path / "fifo"
+        os.mkfifo(path)  # must not block on open
+    with pytest.raises(CNIError) as ei:
+        NetNS.open(str(path))
+    assert ei.value.code == 8
+    assert ei.value.msg == f'path "{path}" is not a network namespace'
+    with pytest.raises(CNIError) as ei:
+        open_netns(str(path), missing_ok=True)
+    assert ei.value.code == 8
+
+
+def test_open_current_and_created(make_ns, origin):
+    with NetNS.open("/proc/self/ns/net") as self_ns:
+        assert self_ns.same_as_current()
+        assert self_ns.same_as_current(thread=False)
+        assert self_ns.same_as(origin)
+    ns = make_ns()
+    assert not ns.same_as_current()
+    assert not ns.same_as(origin)
+    with current_netns() as cur:
+        assert cur.same_as_current()
+    with open_netns(ns.path) as again:
+        assert again.same_as(ns)
+        assert again.identity() == ns.identity()
+
+
+def test_handle_close(make_ns):
+    ns = make_ns()
+    h = NetNS.open(ns.path)
+    fd = h.fd
+    assert fd >= 0 and not h.closed
+    assert os.get_inheritable(fd) is False  # O_CLOEXEC
+    with h:
+        pass
+    assert h.closed
+    h.close()  # idempotent
+    with pytest.raises(ValueError):
+        _ = h.fd
+    assert "closed" in repr(h)
+
+
+# ---------------------------------------------------------------------------
+# enter / run / iproute
+
+
+def test_enter_dummy_link_visible_only_inside(make_ns, origin):
+    from pyroute2 import IPRoute
+
+    ns = make_ns()
+    name = f"cnskd{os.getpid() % 100000}"
+    with ns.enter() as entered:
+        assert entered is ns
+        assert ns.same_as_current()
+        assert not origin.same_as_current()
+        with IPRoute() as ipr:
+            _add_test_link(ipr, name)
+    # back in the original netns
+    assert origin.same_as_current()
+    assert not ns.same_as_current()
+    assert not _root_has_link(name)
+    with ns.iproute() as ipr:
+        names = {m.get("ifname") for m in ipr.get_links()}
+    assert names == {"lo", name}
+
+
+def test_enter_nested_and_exception_restores(make_ns, origin):
+    a, b = make_ns(), make_ns()
+    with a.enter():
+        assert a.same_as_current()
+        with b.enter():
+            assert b.same_as_current()
+            with a.enter():  # re-entering is fine
+                assert a.same_as_current()
+            assert b.same_as_current()
+        assert a.same_as_current()
+        with pytest.raises(KeyError), b.enter():
+            raise KeyError("boom")
+        assert a.same_as_current()
+    assert origin.same_as_current()
+
+
+def test_run_returns_value(make_ns, origin):
+    ns = make_ns()
+
+    def where(x, *, y):
+        return ns.same_as_current(), x + y
+
+    assert ns.run(where, 1, y=2) == (True, 3)
+    assert origin.same_as_current()
+    with pytest.raises(ZeroDivisionError):
+        ns.run(lambda: 1 / 0)
+    assert origin.same_as_current()
+
+
+def test_enter_only_affects_current_thread(make_ns, origin):
+    ns = make_ns()
+    seen = {}
+    go, done = threading.Event(), threading.Event()
+
+    def other():  # started before enter(): stays where it was
+        go.wait(10)
+        seen["other"] = ns.same_as_current()
+        done.set()
+
+    def child():  # started inside enter(): inherits the namespace (clone(2))
+        seen["child"] = ns.same_as_current()
+
+    t = threading.Thread(target=other)
+    t.start()
+    with ns.enter():
+        go.set()
+        done.wait(10)
+        c = threading.Thread(target=child)
+        c.start()
+        c.join()
+        assert ns.same_as_current()
+    t.join()
+    assert seen == {"other": False, "child": True}
+
+
+def test_iproute_bound_to_netns_and_thread_guard(make_ns, origin):
+    ns = make_ns()
+    from pyroute2 import IPRoute
+
+    with ns.enter(), IPRoute() as inner:
+        kind = _add_test_link(inner, "cnsk-mark0")
+    with ns.iproute() as ipr:
+        assert origin.same_as_current()  # the IPRoute does not keep us inside
+        assert {m.get("ifname") for m in ipr.get_links()} == {"lo", "cnsk-mark0"}
+        assert find_link(ipr, "cnsk-mark0")["kind"] == kind
+        errors = []
+
+        def other():
+            try:
+                ipr.get_links()
+            except RuntimeError as e:  # pyroute2 use_socket thread guard
+                errors.append(e)
+
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        assert len(errors) == 1
+        # still usable from the owning thread
+        assert link_index(ipr, "lo") == 1
+
+
+# ---------------------------------------------------------------------------
+# links
+
+
+def test_link_up_down_lo(make_ns):
+    ns = make_ns()
+    with ns.iproute() as ipr:
+        assert not _flags(ipr, "lo") & IFF_UP
+        lo = find_link(ipr, "lo")
+        assert lo["index"] == 1 and lo["up"] is False and lo["kind"] is None
+        link_up(ipr, "lo")
+        assert _flags(ipr, "lo") & IFF_UP
+        assert find_link(ipr, "lo")["up"] is True
+        link_down(ipr, "lo")
+        assert not _flags(ipr, "lo") & IFF_UP
+        assert find_link(ipr, 1)["name"] == "lo"
+
+
+def test_find_link_missing(make_ns):
+    ns = make_ns()
+    with ns.iproute() as ipr:
+        assert find_link(ipr, "nope0") is None
+        assert find_link(ipr, "x" * 20) is None
+        assert find_link(ipr, "") is None
+        with pytest.raises(LinkNotFound) as ei:
+            link_index(ipr, "nope0")
+        assert ei.value.code == 999
+        assert ei.value.msg == 'link "nope0" not found'
+        with pytest.raises(LinkNotFound):
+            link_up(ipr, "nope0")
+        with pytest.raises(LinkNotFound):
+            addresses(ipr, "nope0")
+        assert delete_link(ipr, "nope0") is False
+        with pytest.raises(LinkNotFound):
+            delete_link(ipr, "nope0", missing_ok=False)
+
+
+def test_link_set_attrs(make_ns):
+    ns = make_ns()
+    with ns.iproute() as ipr:
+        create_veth_pair(ipr, "d0", "d0p")
+        link_set(ipr, "d0", mtu=1280, mac="0A:58:0A:01:02:03", txqlen=77, promisc=True)
+        msg = ipr.link("get", ifname="d0")[0]
+        assert msg.get("mtu") == 1280
+        assert msg.get("address") == "0a:58:0a:01:02:03"
+        assert msg.get("txqlen") == 77
+        assert msg["flags"] & IFF_PROMISC
+        link_set(ipr, "d0", promisc=False, up=True)
+        summary = find_link(ipr, "d0")
+        assert not summary["flags"] & IFF_PROMISC and summary["up"]
+        link_set(ipr, "d0")  # nothing: no-op
+        link_down(ipr, "d0")
+        link_set(ipr, "d0", name="d1")
+        assert find_link(ipr, "d0") is None and find_link(ipr, "d1")["mtu"] == 1280
+        create_veth_pair(ipr, "d2", "d2p")
+        with pytest.raises(LinkExists):
+            link_set(ipr, "d2", name="d1")
+        with pytest.raises(CNIError) as ei:
+            link_set(ipr, "d2", mac="zz:zz")
+        assert ei.value.code == 7
+        with pytest.raises(CNIError) as ei:
+            link_set(ipr, "d2", mtu=10**7)
+        assert ei.value.code == 999
+        assert ei.value.msg.startswith('set link d2: ')
+        ipr.link("add", ifname="br0", kind="bridge")
+        link_set(ipr, "d2", master="br0")
+        assert find_link(ipr, "d2")["master"] == link_index(ipr, "br0")
+        link_set(ipr, "d2", master=0)
+        assert find_link(ipr, "d2")["master"] is None
+
+
+def test_veth_pair_addresses_routes(make_ns, origin):
+    host_ns, cont_ns = make_ns(), make_ns()
+    with host_ns.iproute() as hipr, cont_ns.iproute() as cipr:
+        host, peer = create_veth_pair(
+            hipr, "cnsk-veth0", "eth0", peer_netns=cont_ns, mtu=1400,
+            mac="0a:58:0a:00:00:01", peer_mac="0A:58:0A:00:00:02",
+        )
+        assert host["name"] == "cnsk-veth0" and host["kind"] == "veth"
+        assert peer["name"] == "eth0" and peer["kind"] == "veth"
+        assert host["mtu"] == peer["mtu"] == 1400
+        assert host["mac"] == "0a:58:0a:00:00:01"
+        assert peer["mac"] == "0a:58:0a:00:00:02"
+        assert not host["up"] and not peer["up"]
+        # the peer was created directly in the container netns
+        assert find_link(hipr, "eth0") is None
+        assert find_link(cipr, "cnsk-veth0") is None
+        assert find_link(cipr, "eth0")["index"] == peer["index"]
+        assert not _root_has_link("cnsk-veth0")
+        # already exists
+        with pytest.raises(LinkExists) as ei:
+            create_veth_pair(hipr, "cnsk-veth0", "eth9", peer_netns=cont_ns)
+        assert ei.value.msg == 'link "cnsk-veth0" already exists'
+        with pytest.raises(LinkExists) as ei:
+            create_veth_pair(hipr, "cnsk-veth1", "eth0", peer_netns=cont_ns)
+        assert ei.value.msg == 'link "eth0" already exists'
+        with pytest.raises(CNIError) as ei:
+            create_veth_pair(hipr, "x" * 16, "eth1")
+        assert ei.value.code == 7
+
+        link_up(hipr, "cnsk-veth0")
+        link_up(cipr, "eth0")
+        link_up(cipr, "lo")
+
+        # addresses
+        v4 = ipaddress.ip_interface("10.77.0.2/24")
+        v6 = ipaddress.ip_interface("fd00:77::2/64")
+        assert add_address(cipr, "eth0", v4) is True
+        assert add_address(cipr, "eth0", "10.77.0.3/24") is True
+        assert add_address(cipr, "eth0", v6, nodad=True) is True
+        assert add_address(cipr, "eth0", v4) is False  # idempotent
+        assert add_address(hipr, "cnsk-veth0", "10.77.0.1/24") is True
+        got = addresses(cipr, "eth0", family=4)
+        assert got == [v4, ipaddress.ip_interface("10.77.0.3/24")]
+        got6 = addresses(cipr, "eth0", family=6)
+        assert v6 in got6
+        assert all(a.version == 6 for a in got6)
+        assert set(addresses(cipr, "eth0")) >= {v4, v6}
+        bcast = [m.get("broadcast") for m in cipr.addr("dump", index=peer["index"], family=2)]
+        assert "10.77.0.255" in bcast
+        assert del_address(cipr, "eth0", "10.77.0.3/24") is True
+        assert del_address(cipr, "eth0", "10.77.0.3/24") is False
+        assert addresses(cipr, "eth0", family=4) == [v4]
+        with pytest.raises(CNIError) as ei:
+            add_address(cipr, "eth0", "10.77.0.300/24")
+        assert ei.value.code == 7
+
+        # routes in the container netns
+        assert add_route(cipr, "10.200.0.0/16", gw="10.77.0.1", dev="eth0", mtu=1300) is True
+        assert add_route(cipr, "10.200.0.0/16", gw="10.77.0.1", dev="eth0") is False
+        assert add_route(cipr, "default", gw="10.77.0.1") is True
+        assert add_route(cipr, "10.201.0.5", dev="eth0", scope="link", priority=50) is True
+        assert add_route(cipr, "fd00:200::/48", gw="fd00:77::1", dev="eth0") is True
+        r4 = {str(r["dst"]): r for r in routes(cipr, family=4)}
+        assert r4["10.200.0.0/16"]["gw"] == ipaddress.ip_address("10.77.0.1")
+        assert r4["10.200.0.0/16"]["oif"] == peer["index"]
+        assert r4["10.200.0.0/16"]["mtu"] == 1300
+        assert r4["10.200.0.0/16"]["table"] == 254
+        assert r4["0.0.0.0/0"]["gw"] == ipaddress.ip_address("10.77.0.1")
+        assert r4["10.201.0.5/32"]["scope"] == 253
+        assert r4["10.201.0.5/32"]["priority"] == 50
+        assert r4["10.201.0.5/32"]["gw"] is None
+        assert r4["10.77.0.0/24"]["src"] == ipaddress.ip_address("10.77.0.2")
+        r6 = {str(r["dst"]): r for r in routes(cipr, family=6)}
+        assert r6["fd00:200::/48"]["gw"] == ipaddress.ip_address("fd00:77::1")
+        assert r6["fd00:200::/48"]["priority"] == 1024
+        assert all(r["family"] == 4 for r in routes(cipr, family=4))
+        everything = routes(cipr, table=None)
+        assert {r["table"] for r in everything} >= {254, 255}
+        assert {r["family"] for r in routes(cipr)} == {4, 6}
+        with pytest.raises(CNIError) as ei:
+            routes(cipr, family=5)
+        assert ei.value.code == 7
+        # table 100
+        assert add_route(cipr, "10.202.0.0/24", dev="eth0", table=100) is True
+        assert [str(r["dst"]) for r in routes(cipr, table=100)] == ["10.202.0.0/24"]
+        assert "10.202.0.0/24" not in {str(r["dst"]) for r in routes(cipr)}
+        # errors
+        with pytest.raises(CNIError) as ei:
+            add_route(cipr, "10.203.0.0/16", gw="fd00::1")
+        assert ei.value.code == 7
+        with pytest.raises(CNIError) as ei:
+            add_route(cipr, "10.203.0.0/16", gw="10.99.0.1")  # not on-link
+        assert ei.value.code == 999
+        assert ei.value.msg.startswith("add route 10.203.0.0/16 via 10.99.0.1: ")
+        # delete (link scope route deleted without naming the scope)
+        assert del_route(cipr, "10.201.0.5/32", dev="eth0", priority=50) is True
+        assert del_route(cipr, "10.201.0.5/32", dev="eth0", priority=50) is False
+        assert del_route(cipr, "10.200.0.0/16") is True
+        assert del_route(cipr, "10.202.0.0/24", table=100) is True
+        left = {str(r["dst"]) for r in routes(cipr, family=4)}
+        assert "10.200.0.0/16" not in left and "10.201.0.5/32" not in left
+        assert del_route(cipr, "10.200.0.0/16", dev="nope0") is False
+
+        # delete: both ends go, idempotent
+        assert delete_link(hipr, "cnsk-veth0") is True
+        assert delete_link(hipr, "cnsk-veth0") is False
+        assert find_link(cipr, "eth0") is None
+    assert origin.same_as_current()
+
+
+def test_veth_same_netns_and_move_link(make_ns):
+    a, b = make_ns(), make_ns()
+    with a.iproute() as aipr, b.iproute() as bipr:
+        host, peer = create_veth_pair(aipr, "va", "vb")
+        assert {host["name"], peer["name"]} == {"va", "vb"}
+        assert host["link"] == peer["index"] and peer["link"] == host["index"]
+        with pytest.raises(LinkExists) as ei:
+            create_veth_pair(aipr, "vc", "vb")
+        assert ei.value.msg == 'link "vb" already exists'
+        move_link(aipr, "vb", b)
+        assert find_link(aipr, "vb") is None
+        assert find_link(bipr, "vb")["kind"] == "veth"
+        _add_test_link(aipr, "vb")
+        with pytest.raises(LinkExists):
+            move_link(bipr, "vb", a)
+        with pytest.raises(LinkNotFound):
+            move_link(aipr, "nope0", b)
+
+
+# ---------------------------------------------------------------------------
+# sysctl
+
+
+def test_sysctl_in_netns(make_ns, origin):
+    ns = make_ns()
+    root_before = read_sysctl("net.ipv4.ip_forward")  # read-only in the root netns
+    with ns.enter():
+        assert read_sysctl("net.ipv4.ip_forward") == "0"
+        write_sysctl("net.ipv4.ip_forward", "1")
+        assert read_sysctl("net/ipv4/ip_forward") == "1"
+        write_sysctl("net/ipv4/conf/lo/forwarding", "1")
+        assert read_sysctl("net.ipv4.conf.lo.forwarding") == "1"
+        with pytest.raises(CNIError) as ei:
+            write_sysctl("net.ipv4.ip_forward", "banana")
+        assert ei.value.code == 7
+        assert "net.ipv4.ip_forward" in ei.value.msg
+        with pytest.raises(CNIError) as ei:
+            read_sysctl("net.ipv4.no_such_sysctl")
+        assert ei.value.code == 999
+        assert "net.ipv4.no_such_sysctl" in ei.value.msg
+    assert read_sysctl("net.ipv4.ip_forward") == root_before
+    assert ns.run(read_sysctl, "net.ipv4.ip_forward") == "1"
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["../../etc/passwd", "/etc/passwd", "net/../kernel/hostname", "", "net..ipv4",
+     "net/./ipv4/ip_forward", "net/ipv4/", ".net", "net/ipv4/ip_forward\0", "..", "/"],
+)
+def test_sysctl_path_escape_rejected(key):
+    with pytest.raises(CNIError) as ei:
+        sysctl_path(key)
+    assert ei.value.code == 7
+    assert key in ei.value.msg
+    with pytest.raises(CNIError) as ei:
+        read_sysctl(key)
+    assert ei.value.code == 7
+    with pytest.raises(CNIError) as ei:
+        write_sysctl(key, "1")
+    assert ei.value.code == 7
+
+
+def test_sysctl_path_forms():
+    assert sysctl_path("net.ipv4.ip_forward") == "/proc/sys/net/ipv4/ip_forward"
+    assert sysctl_path("net/ipv4/ip_forward") == "/proc/sys/net/ipv4/ip_forward"
+    assert sysctl_path("net/ipv4/conf/eth0.100/rp_filter") == (
+        "/proc/sys/net/ipv4/conf/eth0.100/rp_filter"
+    )
+    # not a path escape: the net.*-only policy is the tuning plugin's
+    assert sysctl_path("kernel.hostname") == "/proc/sys/kernel/hostname"

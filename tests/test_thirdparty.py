@@ -1,0 +1,153 @@
+"""Plugins written only against the public SDK, as a third-party author
+would: the README example (extracted from README.md and run for real),
+delegation to a test IPAM plugin in a temporary CNI_PATH, error propagation
+with code/msg/details intact, and IPAM DEL after a failed ADD."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+
+import pytest
+from conftest import HERE, THIRDPARTY
+
+from cni_skel import netlink
+from cni_skel.errors import CNIError
+from cni_skel.harness import install_plugin, run_plugin
+from cni_skel.netns import NetNS
+
+README = HERE.parent / "README.md"
+
+
+@pytest.fixture
+def tp_bin(tmp_path):
+    d = tmp_path / "bin"
+    d.mkdir()
+    path = [str(THIRDPARTY.parent)]
+    install_plugin(d, "fake-ipam", "thirdparty.fakeipam:FakeIPAMPlugin", pythonpath=path)
+    install_plugin(d, "fail-after-ipam", "thirdparty.failafteripam:FailAfterIPAM",
+                   pythonpath=path)
+    return d
+
+
+def readme_plugin(dest) -> str:
+    text = README.read_text()
+    m = re.search(r"<!-- example: veth_ipam.py -->\n```python\n(.*?)```", text, re.S)
+    assert m, "README lost its example plugin"
+    code = m.group(1)
+    assert 20 <= len(code.strip().splitlines()) <= 40
+    (dest / "veth_ipam.py").write_text(code)
+    return install_plugin(dest, "veth-ipam", "veth_ipam:VethPlugin", pythonpath=[str(dest)])
+
+
+def test_readme_example_with_go_host_local(tmp_path, go_cni_dir, node_netns, pod_netns):
+    exe = readme_plugin(tmp_path)
+    data_dir = tmp_path / "ipam"
+    # Debian's Go host-local speaks up to 1.0.0.
+    conf = {"cniVersion": "1.0.0", "name": "readme-net", "type": "veth-ipam", "mtu": 1400,
+            "ipam": {"type": "host-local", "subnet": "10.77.0.0/24",
+                     "dataDir": str(data_dir)}}
+    kw = dict(netns=pod_netns.path, ifname="net1", node=node_netns, container_id="readme1",
+              cni_path=f"{tmp_path}:{go_cni_dir}")
+    result = run_plugin(exe, "ADD", conf, **kw)
+    assert result["cniVersion"] == "1.0.0"
+    assert [i["name"] for i in result["interfaces"]] == ["vhreadme1", "net1"]
+    addr = result["ips"][0]["address"]
+    assert result["ips"][0]["interface"] == 1
+    assert ipaddress.ip_interface(addr).network == ipaddress.ip_network("10.77.0.0/24")
+    with NetNS.open(pod_netns.path) as ns, ns.iproute() as ipr:
+        link = netlink.find_link(ipr, "net1")
+        assert link["up"] and link["mtu"] == 1400 and link["kind"] == "veth"
+        assert link["mac"] == result["interfaces"][1]["mac"]
+        assert [str(a) for a in netlink.addresses(ipr, "net1", 4)] == [addr]
+    with NetNS.open(node_netns.path) as ns, ns.iproute() as ipr:
+        assert netlink.find_link(ipr, "vhreadme1")["up"], "host end stays on the node"
+    ip_file = data_dir / "readme-net" / addr.split("/")[0]
+    assert ip_file.exists(), "the Go host-local recorded the allocation"
+    run_plugin(exe, "DEL", conf, **kw)
+    with NetNS.open(pod_netns.path) as ns, ns.iproute() as ipr:
+        assert netlink.find_link(ipr, "net1") is None
+    with NetNS.open(node_netns.path) as ns, ns.iproute() as ipr:
+        assert netlink.find_link(ipr, "vhreadme1") is None
+    assert not ip_file.exists(), "DEL released the address through the Go host-local"
+    run_plugin(exe, "DEL", conf, **kw)  # again: idempotent
+    # In a 0.2.0 config the same plugin answers in the 0.2.0 shape.
+    old = run_plugin(exe, "ADD", {**conf, "cniVersion": "0.2.0"}, **kw)
+    assert set(old) == {"cniVersion", "ip4", "dns"} and old["ip4"]["gateway"] == "10.77.0.1"
+
+
+def ipam_conf(tmp_path, **ipam):
+    return {"cniVersion": "1.0.0", "name": "tpnet", "type": "fail-after-ipam",
+            "ipam": {"type": "fake-ipam", "logFile": str(tmp_path / "ipam.log"), **ipam}}
+
+
+def ipam_log(tmp_path):
+    p = tmp_path / "ipam.log"
+    return p.read_text().splitlines() if p.exists() else []
+
+
+def test_failed_add_runs_ipam_del(tmp_path, tp_bin, node_netns, pod_netns):
+    with pytest.raises(CNIError) as ei:
+        run_plugin(str(tp_bin / "fail-after-ipam"), "ADD", ipam_conf(tmp_path),
+                   netns=pod_netns.path, container_id="c1", ifname="eth3", node=node_netns)
+    assert (ei.value.code, ei.value.msg) == (107, "bridge exploded")
+    assert ipam_log(tmp_path) == ["ADD c1 eth3", "DEL c1 eth3"]
+
+
+def test_ipam_error_propagates_intact(tmp_path, tp_bin, node_netns, pod_netns):
+    fail = {"code": 11, "msg": "pool busy", "details": "try again in 2s"}
+    with pytest.raises(CNIError) as ei:
+        run_plugin(str(tp_bin / "fail-after-ipam"), "ADD", ipam_conf(tmp_path, fail=fail),
+                   netns=pod_netns.path, container_id="c2", node=node_netns)
+    assert (ei.value.code, ei.value.msg, ei.value.details) == (11, "pool busy", "try again in 2s")
+    # IPAM ADD failed, so there is nothing to undo: no DEL.
+    assert ipam_log(tmp_path) == ["ADD c2 eth0"]
+
+
+def test_status_is_forwarded_to_ipam(tmp_path, tp_bin, node_netns):
+    conf = {**ipam_conf(tmp_path), "cniVersion": "1.1.0"}
+    assert run_plugin(str(tp_bin / "fail-after-ipam"), "STATUS", conf, node=node_netns,
+                      container_id="", netns="", ifname="") is None
+    assert ipam_log(tmp_path) == ["STATUS  "]
+
+
+def test_missing_ipam_plugin_is_a_clear_error(tmp_path, tp_bin, node_netns, pod_netns):
+    conf = ipam_conf(tmp_path)
+    conf["ipam"]["type"] = "no-such-ipam"
+    with pytest.raises(CNIError) as ei:
+        run_plugin(str(tp_bin / "fail-after-ipam"), "ADD", conf, netns=pod_netns.path,
+                   node=node_netns)
+    assert ei.value.code == 7 and "no-such-ipam" in ei.value.msg
+
+
+def test_delegate_timeout_and_stderr_pass_through(tmp_path):
+    from cni_skel.env import CmdArgs
+    from cni_skel.invoke import delegate_add
+
+    slow = tmp_path / "slow-ipam"
+    slow.write_text("#!/bin/sh\necho 'slow-ipam: thinking' >&2\nsleep 5\n")
+    slow.chmod(0o755)
+    args = CmdArgs(command="ADD", container_id="c", ifname="eth0",
+                   env={"CNI_PATH": str(tmp_path), "PATH": os.environ["PATH"]})
+    import io
+
+    err = io.StringIO()
+    with pytest.raises(CNIError) as ei:
+        delegate_add("slow-ipam", b"{}", args, timeout=0.5, stderr=err)
+    assert ei.value.code == 11
+    assert "slow-ipam: thinking" in err.getvalue()
+
+
+def test_delegate_non_json_failure(tmp_path):
+    from cni_skel.env import CmdArgs
+    from cni_skel.invoke import delegate_del
+
+    bad = tmp_path / "bad-ipam"
+    bad.write_text("#!/bin/sh\necho 'panic: nil map' >&2\nexit 2\n")
+    bad.chmod(0o755)
+    args = CmdArgs(command="DEL", env={"CNI_PATH": str(tmp_path)})
+    with open(os.devnull, "w") as sink, pytest.raises(CNIError) as ei:
+        delegate_del("bad-ipam", b"{}", args, stderr=sink)
+    assert ei.value.code == 999 and "exit status 2" in ei.value.msg
+    assert "panic: nil map" in ei.value.details
