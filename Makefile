@@ -9,7 +9,7 @@ PY       := $(VENV)/bin/python
 # iproute2: `ip netns exec` for tests; nftables + libnftables1: masquerade and
 # portmap; containernetworking-plugins: the Go reference plugins (/usr/lib/cni)
 # for interop tests and benchmarks; python3-venv: Debian's venv module.
-SYS_PKGS := iproute2 nftables libnftables1 containernetworking-plugins python3-venv
+SYS_PKGS := iproute2 nftables libnftables1 containernetworking-plugins python3 python3-venv
 
 .PHONY: all deps venv demo test install lint bench clean
 

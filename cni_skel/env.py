@@ -10,15 +10,18 @@ VERSION verb passes through here.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
 from .errors import (
     ERR_INVALID_ENVIRONMENT_VARIABLES,
     ERR_INVALID_NETWORK_CONFIG,
     CNIError,
 )
+
+TYPE_CHECKING = False  # not from typing: keep the VERSION path's imports minimal
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
 
 __all__ = [
     "COMMANDS",
@@ -48,7 +51,6 @@ _NAME_RE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]*")
 IFNAMSIZ = 16
 
 
-@dataclass(frozen=True)
 class CmdArgs:
     """What a plugin handler is called with (Go ``skel.CmdArgs``).
 
@@ -67,15 +69,34 @@ class CmdArgs:
             the plugin declares none).
     """
 
-    command: str
-    container_id: str = ""
-    netns: str = ""
-    ifname: str = ""
-    args: str = ""
-    path: str = ""
-    stdin_data: bytes = b""
-    env: Mapping[str, str] = field(default_factory=dict, repr=False)
-    cni_args: Any = None
+    __slots__ = ("args", "cni_args", "command", "container_id", "env", "ifname", "netns", "path",
+                 "stdin_data")
+
+    def __init__(self, command: str, container_id: str = "", netns: str = "", ifname: str = "",
+                 args: str = "", path: str = "", stdin_data: bytes = b"",
+                 env: Mapping[str, str] | None = None, cni_args: Any = None) -> None:
+        # A plain class, not a dataclass: importing dataclasses costs ~5 ms
+        # on every VERSION call.
+        self.command = command
+        self.container_id = container_id
+        self.netns = netns
+        self.ifname = ifname
+        self.args = args
+        self.path = path
+        self.stdin_data = stdin_data
+        self.env = env if env is not None else {}
+        self.cni_args = cni_args
+
+    def replace(self, **changes: Any) -> CmdArgs:
+        """A copy with some attributes changed."""
+        values = {name: getattr(self, name) for name in self.__slots__}
+        values.update(changes)
+        return CmdArgs(**values)
+
+    def __repr__(self) -> str:
+        return (f"CmdArgs(command={self.command!r}, container_id={self.container_id!r}, "
+                f"netns={self.netns!r}, ifname={self.ifname!r}, args={self.args!r}, "
+                f"path={self.path!r})")
 
     @property
     def path_list(self) -> list[str]:

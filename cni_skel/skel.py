@@ -15,9 +15,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import traceback
-from collections.abc import Callable, Mapping
-from typing import IO, Any, ClassVar
 
 from .env import CmdArgs, parse_env, validate_network_name
 from .errors import (
@@ -36,6 +33,12 @@ from .version import (
     parse_version,
     version_at_least,
 )
+
+TYPE_CHECKING = False  # typing/collections.abc stay out of the VERSION path
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import IO, Any, ClassVar
+
 
 __all__ = ["Plugin", "dispatch", "run_plugin_main"]
 
@@ -201,7 +204,7 @@ def dispatch(plugin: type[Plugin], env: Mapping[str, str], stdin_data: bytes,
         if plugin.args_model is not None:
             from .args import load_args
 
-            args = _replace(args, cni_args=load_args(args.args, _resolve(plugin.args_model)))
+            args = args.replace(cni_args=load_args(args.args, _resolve(plugin.args_model)))
 
         conf = _load_config(plugin, raw)
         handler: Callable[[CmdArgs, Any], Any] = getattr(plugin(), _HANDLERS[cmd])
@@ -212,15 +215,11 @@ def dispatch(plugin: type[Plugin], env: Mapping[str, str], stdin_data: bytes,
     except CNIError as exc:
         return _error(exc, version)
     except Exception as exc:  # any bug becomes code 999; details go to stderr only
+        import traceback
+
         traceback.print_exc(file=err_out)
         msg = str(exc) or type(exc).__name__
         return _error(CNIError(ERR_INTERNAL, msg), version)
-
-
-def _replace(args: CmdArgs, **changes: Any) -> CmdArgs:
-    from dataclasses import replace
-
-    return replace(args, **changes)
 
 
 def _load_config(plugin: type[Plugin], raw: dict) -> Any:

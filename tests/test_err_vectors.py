@@ -94,3 +94,29 @@ def test_version_vectors(name, loopback):
     # Spec: echo the requested cniVersion (Go answers its newest); with
     # nothing asked, our newest.
     assert run.doc["cniVersion"] == ("0.4.0" if name == "version" else "1.1.0")
+
+
+def test_cni_args_vector_ignore_unknown(args_echo, node_netns):
+    """cni-args-ignoreunknown-ip: IgnoreUnknown=1 lets K8S_POD_NAME through
+    and the typed IP key is parsed."""
+    vec = load_vector("cni-args-ignoreunknown-ip")
+    env = {"PATH": os.environ["PATH"], **vec["env"]}
+    run = run_plugin_raw(args_echo, "", vec["stdin"], env=env, replace_env=True,
+                         node=node_netns)
+    assert run.exit_code == 0, run
+    assert run.doc["ips"] == [{"address": "10.68.0.77/32"}]
+
+
+@pytest.mark.parametrize("cni_args,fragment", [
+    ("IP=10.68.0.300", "IP=10.68.0.300"),
+    ("MAC=zz:zz", "MAC=zz:zz"),
+    ("IgnoreUnknown=yes;X=1", "IgnoreUnknown=yes"),
+    ("IP=10.0.0.1;", 'invalid pair ""'),
+    ("IP=a=b", 'invalid pair "IP=a=b"'),
+])
+def test_cni_args_typed_values_are_validated(args_echo, node_netns, cni_args, fragment):
+    conf = {"cniVersion": "1.0.0", "name": "n", "type": "args-echo"}
+    run = run_plugin_raw(args_echo, "ADD", conf, netns="/run/netns/cnsk-unused",
+                         cni_args=cni_args, node=node_netns)
+    assert run.exit_code == 1 and run.doc["code"] == 4, run.doc
+    assert fragment in run.doc["msg"] and "CNI_ARGS" in run.doc["msg"]

@@ -28,6 +28,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, ValidationError
 
 from ..errors import ERR_DECODING_FAILURE, ERR_INCOMPATIBLE_CNI_VERSION, CNIError
 from ..model import CNIModel
+from ..version import ALL_VERSIONS
 from .current import (
     CURRENT_VERSION,
     DNS,
@@ -46,7 +47,8 @@ __all__ = [
     "result_to_version",
 ]
 
-SUPPORTED_VERSIONS = ("0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+#: Every version a result can be read in or written to (the SDK's list).
+SUPPORTED_VERSIONS = ALL_VERSIONS
 
 _VERSIONS_02X = frozenset(("0.1.0", "0.2.0"))
 _VERSIONS_04X = frozenset(("0.3.0", "0.3.1", "0.4.0"))

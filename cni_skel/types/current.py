@@ -42,6 +42,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from ..model import CNIModel
+from ..version import CURRENT_VERSION
 
 __all__ = [
     "CURRENT_VERSION",
@@ -53,8 +54,6 @@ __all__ = [
     "Result",
     "Route",
 ]
-
-CURRENT_VERSION = "1.1.0"
 
 
 # --- field types -------------------------------------------------------------
