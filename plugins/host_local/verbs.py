@@ -1,0 +1,323 @@
+"""The verbs of host-local: ADD, DEL, CHECK, GC, STATUS over the disk store.
+
+Every verb that reads or changes allocations does so under the store's lock
+(``<dataDir>/<network>/lock``, the file the Go plugin flocks), so Python and
+Go host-local processes on one node exclude each other. ADD holds the lock
+for the whole allocation: it checks every range set and every requested
+address first and writes only when all can be granted, so it never leaves
+half an allocation behind on a refusal.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from ipaddress import ip_interface
+
+from cni_skel.env import CmdArgs
+from cni_skel.errors import (
+    ERR_INTERNAL,
+    ERR_INVALID_ENVIRONMENT_VARIABLES,
+    ERR_INVALID_NETWORK_CONFIG,
+    ERR_IO_FAILURE,
+    ERR_PLUGIN_NOT_AVAILABLE,
+    ERR_UNKNOWN_CONTAINER,
+    CNIError,
+)
+from cni_skel.types import DNS, IPConfig, Result
+
+from .allocator import IP, Range, RangeSet, walk
+from .config import HostLocalConf, LoadedIPAM, Requested, load_ipam, parse_resolv_conf
+from .store import Scan, Store
+
+__all__ = ["add", "check", "delete", "gc", "status"]
+
+
+def _io_error(what: str, exc: OSError) -> CNIError:
+    return CNIError(ERR_IO_FAILURE, f"host-local: {what}: {exc.strerror or exc}",
+                    getattr(exc, "filename", None) or "")
+
+
+def _store(ipam: LoadedIPAM) -> Store:
+    try:
+        return Store(ipam.data_dir, ipam.network)
+    except ValueError as exc:  # the skel's name check makes this unreachable
+        raise CNIError(ERR_INVALID_NETWORK_CONFIG, str(exc)) from None
+
+
+def _held(scan: Scan, container_id: str, ifname: str) -> list[IP]:
+    """Addresses of (ID, ifname) as Go's ReleaseByID/FindByID see them: the
+    new-format files, or else the old ID-only ones."""
+    owned = [ip for ip, o in scan.owners.items() if o and o.matches(container_id, ifname)]
+    if owned:
+        return owned
+    return [ip for ip, o in scan.owners.items() if o and o.matches_legacy(container_id)]
+
+
+# --- ADD -----------------------------------------------------------------------
+
+
+def add(args: CmdArgs, conf: HostLocalConf) -> Result:
+    """Allocate one address per range set; see `HostLocal` for the rules.
+
+    Returns the IPAM result: ``ips`` (address with the subnet's prefix length,
+    gateway), the configured ``routes``, ``dns`` from ``resolvConf``.
+    """
+    ipam = load_ipam(conf, args.cni_args)
+    dns = parse_resolv_conf(ipam.resolv_conf) if ipam.resolv_conf else DNS()
+    store = _store(ipam)
+    try:
+        store.ensure()
+        with store.lock():
+            picks = _plan(store, ipam, args.container_id, args.ifname)
+            _commit(store, picks, args.container_id, args.ifname)
+    except OSError as exc:
+        raise _io_error(f"cannot allocate in {store.dir}", exc) from None
+    ips = [IPConfig(address=ip_interface(f"{ip}/{r.subnet.prefixlen}"), gateway=r.gateway)
+           for _, ip, r in picks]
+    return Result(cni_version=conf.cni_version, ips=ips, routes=ipam.routes, dns=dns)
+
+
+def _unmatched_requests(ipam: LoadedIPAM) -> tuple[list[Requested | None], list[Requested]]:
+    """Requested address per range set (None: allocate one), and the rest.
+
+    As Go: each set takes the first requested address it contains; whatever
+    is left over (outside every set, or a second one for the same set) makes
+    the ADD fail.
+    """
+    pending = list(ipam.requested)
+    per_set: list[Requested | None] = []
+    for rset in ipam.range_sets:
+        req = next((r for r in pending if rset.contains(r.ip)), None)
+        if req is not None:
+            pending.remove(req)
+        per_set.append(req)
+    return per_set, pending
+
+
+def _plan(store: Store, ipam: LoadedIPAM, cid: str, ifname: str) -> list[tuple[int, IP, Range]]:
+    """Choose (set index, address, range) for every set, writing nothing.
+
+    Raises:
+        CNIError: see `HostLocal` (codes 4, 7 and 50).
+    """
+    per_set, leftover = _unmatched_requests(ipam)
+    if leftover:
+        why = []
+        for req in leftover:
+            holder = next((i for i, s in enumerate(ipam.range_sets) if s.contains(req.ip)), None)
+            granted = per_set[holder] if holder is not None else None
+            where = (f"range set {holder} already gets {granted.ip} (one address per set)"
+                     if granted is not None else "it is in no range set")
+            why.append(f"{req.ip} (from {req.source}): {where}")
+        raise CNIError(leftover[0].code, "failed to allocate all requested IPs: "
+                       + " ".join(str(r.ip) for r in leftover), "; ".join(why))
+
+    scan = store.scan()
+    taken = scan.taken()
+    mine = [ip for ip, o in scan.owners.items()
+            if o and (o.matches(cid, ifname) or o.matches_legacy(cid))]
+    for idx, rset in enumerate(ipam.range_sets):
+        dup = next((ip for ip in mine if rset.contains(ip)), None)
+        if dup is not None:
+            # Spec: no second ADD for one (container, ifname) without a DEL.
+            raise CNIError(ERR_INVALID_ENVIRONMENT_VARIABLES,
+                           f"failed to allocate for range {idx}: {dup} has been allocated to "
+                           f"{cid}, duplicate allocation is not allowed",
+                           f"CNI_CONTAINERID {cid} with CNI_IFNAME {ifname} already holds {dup}")
+
+    picks: list[tuple[int, IP, Range]] = []
+    for idx, (rset, req) in enumerate(zip(ipam.range_sets, per_set, strict=True)):
+        if req is not None:
+            picks.append((idx, req.ip, _check_requested(idx, rset, req, taken)))
+            continue
+        choice = next(((ip, r) for ip, r in walk(rset, store.last_reserved(idx))
+                       if ip not in taken), None)
+        if choice is None:
+            raise CNIError(ERR_PLUGIN_NOT_AVAILABLE, f"failed to allocate for range {idx}: "
+                           f"no IP addresses available in range set: {rset}",
+                           f"all {rset.allocatable_count()} allocatable addresses are in use; "
+                           "a DEL or GC of this network frees some")
+        taken.add(choice[0])
+        picks.append((idx, *choice))
+    return picks
+
+
+def _check_requested(idx: int, rset: RangeSet, req: Requested, taken: set[IP]) -> Range:
+    r = rset.range_for(req.ip)
+    assert r is not None  # _unmatched_requests matched it to this set
+    prefix = f"failed to allocate for range {idx}: "
+    if req.ip == r.gateway:
+        raise CNIError(req.code, f"{prefix}requested ip {req.ip} is subnet's gateway",
+                       f"from {req.source}")
+    if r.reserved(req.ip):
+        raise CNIError(req.code, f"{prefix}requested ip {req.ip} is the network or broadcast "
+                       f"address of {r.subnet}", f"from {req.source}")
+    if req.ip in taken:
+        raise CNIError(req.code, f"{prefix}requested IP address {req.ip} is not available in "
+                       f"range set {rset}", f"from {req.source}; another container holds it")
+    return r
+
+
+def _commit(store: Store, picks: list[tuple[int, IP, Range]], cid: str, ifname: str) -> None:
+    """Write the address files, then last_reserved_ip.N; on an I/O error
+    remove the files this call wrote and re-raise."""
+    written: list[IP] = []
+    try:
+        for _, ip, _ in picks:
+            store.reserve(ip, cid, ifname)
+            written.append(ip)
+        for idx, ip, _ in picks:
+            store.set_last_reserved(idx, ip)
+    except OSError:
+        for ip in written:
+            try:
+                store.release(ip)
+            except OSError as exc:
+                sys.stderr.write(f"host-local: roll-back of {ip} failed: {exc}\n")
+        raise
+
+
+# --- DEL -----------------------------------------------------------------------
+
+
+def delete(args: CmdArgs, conf: HostLocalConf) -> None:
+    """Release every address of (ID, ifname) in this network's directory
+    (which covers every range set, and sets since removed from the config).
+    Idempotent; a missing store is nothing to release.
+
+    Raises:
+        CNIError: code 5 when a file could not be removed (after trying all).
+    """
+    ipam = load_ipam(conf, args.cni_args, ranges=False)
+    store = _store(ipam)
+    if not store.exists():
+        return
+    failed = []
+    try:
+        with store.lock():
+            for ip in _held(store.scan(), args.container_id, args.ifname):
+                try:
+                    store.release(ip)
+                except OSError as exc:
+                    failed.append(f"{ip}: {exc.strerror or exc}")
+    except OSError as exc:
+        raise _io_error(f"cannot release in {store.dir}", exc) from None
+    if failed:
+        raise CNIError(ERR_IO_FAILURE, f"host-local: cannot release {len(failed)} address(es)",
+                       "; ".join(failed))
+
+
+# --- CHECK ---------------------------------------------------------------------
+
+
+def check(args: CmdArgs, conf: HostLocalConf) -> None:
+    """The container holds an address in every range set.
+
+    Raises:
+        CNIError: code 3 when it holds none at all (Go's message; Go answers
+            999), 999 when some range set has none of its addresses.
+    """
+    ipam = load_ipam(conf, args.cni_args)
+    store = _store(ipam)
+    held: list[IP] = []
+    if store.exists():
+        try:
+            with store.lock():
+                held = _held(store.scan(), args.container_id, args.ifname)
+        except OSError as exc:
+            raise _io_error(f"cannot read {store.dir}", exc) from None
+    if not held:
+        raise CNIError(ERR_UNKNOWN_CONTAINER, "host-local: Failed to find address added by "
+                       f"container {args.container_id}", f"ifname {args.ifname}")
+    for idx, rset in enumerate(ipam.range_sets):
+        if not any(rset.contains(ip) for ip in held):
+            raise CNIError(ERR_INTERNAL, f"host-local: container {args.container_id} holds no "
+                           f"address in range set {idx}: {rset}",
+                           f"it holds {', '.join(str(ip) for ip in held)}")
+
+
+# --- GC ------------------------------------------------------------------------
+
+
+def gc(args: CmdArgs, conf: HostLocalConf) -> None:
+    """Release every allocation of this network not owned by a listed
+    attachment; an old ID-only file stays when its container ID is listed.
+    Files naming nobody (empty) and temp files of a crashed writer go too.
+    Entries that cannot be read are reported and left; the rest goes on.
+
+    Raises:
+        CNIError: code 7 when neither ``cni.dev/valid-attachments`` nor
+            libcni's ``cni.dev/attachments`` is given (we release nothing
+            rather than everything); code 5 naming what could not be read
+            or removed, after doing all the rest.
+    """
+    valid_list = conf.valid_attachments if conf.valid_attachments is not None \
+        else conf.attachments
+    if valid_list is None:
+        raise CNIError(ERR_INVALID_NETWORK_CONFIG, "GC needs cni.dev/valid-attachments",
+                       "without the list of valid attachments nothing is released")
+    valid = {(a.container_id, a.ifname) for a in valid_list}
+    valid_ids = {a.container_id for a in valid_list}
+    ipam = load_ipam(conf, args.cni_args, ranges=False)
+    store = _store(ipam)
+    if not store.exists():
+        return
+    problems: list[str] = []
+    try:
+        with store.lock():
+            scan = store.scan()
+            problems.extend(scan.problems.values())
+            for ip, owner in scan.owners.items():
+                if owner is not None and (
+                        (owner.ifname is not None and (owner.container_id, owner.ifname) in valid)
+                        or (owner.ifname is None and owner.container_id in valid_ids)):
+                    continue
+                try:
+                    store.release(ip)
+                except OSError as exc:
+                    problems.append(f"{store.path(str(ip))}: {exc.strerror or exc}")
+            problems.extend(store.remove_temp_files())
+    except OSError as exc:
+        raise _io_error(f"cannot collect in {store.dir}", exc) from None
+    if problems:
+        raise CNIError(ERR_IO_FAILURE, f"host-local: GC left {len(problems)} entr"
+                       f"{'y' if len(problems) == 1 else 'ies'} it could not handle",
+                       "; ".join(problems))
+
+
+# --- STATUS --------------------------------------------------------------------
+
+
+def status(args: CmdArgs, conf: HostLocalConf) -> None:
+    """Ready when the store is writable and every range set has a free address.
+
+    Raises:
+        CNIError: code 50 (spec: cannot service ADD) naming the store or the
+            exhausted range set; code 7 for an invalid config.
+    """
+    ipam = load_ipam(conf, args.cni_args)
+    store = _store(ipam)
+    try:
+        store.ensure()
+        with store.lock():
+            # A real write: root ignores mode bits, a read-only mount does not.
+            fd, probe = tempfile.mkstemp(prefix=".tmp-status-", dir=store.dir)
+            os.close(fd)
+            os.unlink(probe)
+            taken = store.scan().taken()
+    except OSError as exc:
+        raise CNIError(ERR_PLUGIN_NOT_AVAILABLE,
+                       f"host-local: store {store.dir} is not writable: {exc.strerror or exc}",
+                       getattr(exc, "filename", None) or "") from None
+    for idx, rset in enumerate(ipam.range_sets):
+        used = 0
+        for ip in taken:
+            r = rset.range_for(ip)
+            if r is not None and not r.reserved(ip):
+                used += 1
+        if used >= rset.allocatable_count():
+            raise CNIError(ERR_PLUGIN_NOT_AVAILABLE,
+                           f"host-local: no IP addresses available in range set {idx}: {rset}",
+                           f"all {rset.allocatable_count()} allocatable addresses are in use")
