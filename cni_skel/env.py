@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COMMANDS",
     "CmdArgs",
+    "is_valid_name",
     "parse_cni_args",
     "parse_env",
     "validate_container_id",
@@ -49,6 +50,13 @@ _REQUIRED: dict[str, frozenset[str]] = {
 
 _NAME_RE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]*")
 IFNAMSIZ = 16
+
+
+def is_valid_name(name: str) -> bool:
+    """The spec's rule for container IDs and network names: alphanumeric
+    first, then ``[a-zA-Z0-9_.-]``. Such a name is always a single, safe path
+    component (no ``/``, never ``.`` or ``..``)."""
+    return isinstance(name, str) and _NAME_RE.fullmatch(name) is not None
 
 
 class CmdArgs:
@@ -110,7 +118,7 @@ def validate_container_id(container_id: str) -> None:
     Raises:
         CNIError: code 4 ``invalid characters in containerID`` (details: the ID).
     """
-    if not _NAME_RE.fullmatch(container_id):
+    if not is_valid_name(container_id):
         raise CNIError(ERR_INVALID_ENVIRONMENT_VARIABLES, "invalid characters in containerID",
                        container_id)
 
@@ -124,7 +132,7 @@ def validate_network_name(name: str) -> None:
     """
     if not name:
         raise CNIError(ERR_INVALID_NETWORK_CONFIG, "missing network name")
-    if not _NAME_RE.fullmatch(name):
+    if not is_valid_name(name):
         raise CNIError(ERR_INVALID_NETWORK_CONFIG, "invalid characters found in network name",
                        name)
 

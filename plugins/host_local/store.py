@@ -20,10 +20,10 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
-import re
 import stat
 from typing import NamedTuple
 
+from cni_skel.env import is_valid_name
 from cni_skel.state import FileLock, atomic_write
 
 from .allocator import IP
@@ -42,9 +42,6 @@ LAST_IP_PREFIX = "last_reserved_ip."
 LINE_BREAK = "\r\n"
 LOCK_NAME = "lock"
 _TEMP_PREFIX = ".tmp-"  # atomic_write's temp files
-# The skel's network-name rule; checked again here because this name becomes
-# a path component.
-_NAME_RE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]*")
 _MAX_RECORD = 4096  # an ID and an ifname; anything longer is not ours
 
 
@@ -107,7 +104,8 @@ class Store:
     """
 
     def __init__(self, data_dir: str, network: str) -> None:
-        if not _NAME_RE.fullmatch(network):
+        # The skel checked this already; checked again because it becomes a path.
+        if not is_valid_name(network):
             raise ValueError(f"invalid network name {network!r}")
         self.data_dir = data_dir or DEFAULT_DATA_DIR
         self.dir = os.path.join(self.data_dir, network)
