@@ -22,9 +22,11 @@ __all__ = [
     "TestNetNS",
     "create_netns",
     "install_plugin",
+    "nft_table",
     "remove_netns",
     "run_plugin",
     "run_plugin_raw",
+    "tcp_echo",
 ]
 
 NETNS_DIR = "/run/netns"
@@ -68,6 +70,81 @@ def install_plugin(bin_dir: str | os.PathLike, name: str, ref: str, *,
 
     return write_executable(os.fspath(bin_dir), name, ref, python=python, force=True,
                             pythonpath=pythonpath)
+
+
+def nft_table(ns: TestNetNS | str, family: str, name: str) -> Any:
+    """List nftables table ``family name`` inside namespace ``ns`` (a
+    `TestNetNS` or a netns path) as a `cni_skel.nft.Table`; None when absent.
+    For asserting on what the kernel really holds."""
+    from .netns import NetNS
+    from .nft import Nft
+
+    with NetNS.open(_ns_path(ns)) as target:
+        return target.run(lambda: Nft().table(family, name))
+
+
+def _ns_path(ns: TestNetNS | str) -> str:
+    return ns.path if isinstance(ns, TestNetNS) else ns
+
+
+def tcp_echo(server_ns: TestNetNS | str, server_ip: str, client_ns: TestNetNS | str,
+             dest_ip: str | None = None, port: int = 7777, payload: bytes = b"cni-skel",
+             timeout: float = 5.0) -> tuple[bytes, str]:
+    """One TCP round trip between two namespaces, in-process (no tools needed).
+
+    A listener bound to ``server_ip``:``port`` is created inside
+    ``server_ns`` (a socket belongs to the namespace it was created in); a
+    client created inside ``client_ns`` connects to ``dest_ip`` (default
+    ``server_ip``; another address when a NAT rule should redirect), sends
+    ``payload`` and reads the echo. Everything is bounded by ``timeout``
+    seconds.
+
+    Returns:
+        ``(echoed bytes, client address as the server saw it)``.
+
+    Raises:
+        OSError: connection refused / timed out (no route, dropped frames).
+    """
+    import ipaddress
+    import socket
+    import threading
+
+    from .netns import NetNS
+
+    family = socket.AF_INET6 if ipaddress.ip_address(server_ip).version == 6 else socket.AF_INET
+    with NetNS.open(_ns_path(server_ns)) as sns, sns.enter():
+        listener = socket.socket(family, socket.SOCK_STREAM)
+    seen: list[str] = []
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((server_ip, port))
+        listener.listen(1)
+        listener.settimeout(timeout)
+
+        def serve() -> None:
+            try:
+                conn, peer = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(timeout)
+                seen.append(peer[0])
+                data = conn.recv(65536)
+                conn.sendall(data)
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        with NetNS.open(_ns_path(client_ns)) as cns, cns.enter():
+            client = socket.socket(family, socket.SOCK_STREAM)
+        with client:
+            client.settimeout(timeout)
+            client.connect((dest_ip or server_ip, port))
+            client.sendall(payload)
+            echoed = client.recv(65536)
+        thread.join(timeout)
+    finally:
+        listener.close()
+    return echoed, (seen[0] if seen else "")
 
 
 @dataclass

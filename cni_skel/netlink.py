@@ -43,10 +43,16 @@ __all__ = [
     "add_address",
     "add_route",
     "addresses",
+    "bridge_port",
+    "bridge_port_set",
+    "bridge_vlan_add",
+    "bridge_vlan_del",
+    "bridge_vlans",
     "create_veth_pair",
     "del_address",
     "del_route",
     "delete_link",
+    "ensure_bridge",
     "find_link",
     "link_down",
     "link_index",
@@ -54,6 +60,7 @@ __all__ = [
     "link_up",
     "move_link",
     "routes",
+    "wait_operstate",
 ]
 
 IFNAMSIZ = 16
@@ -189,6 +196,8 @@ def _link_summary(msg: Any) -> dict:
         # possibly in another namespace)
         "flags": msg["flags"],
         "link": link or None,
+        # IF_OPER_* as text: "UP", "DOWN", "LOWERLAYERDOWN", "UNKNOWN", ...
+        "operstate": msg.get("IFLA_OPERSTATE"),
     }
 
 
@@ -400,6 +409,157 @@ def create_veth_pair(
         missing = name if link is None else peer_name
         raise CNIError(ERR_INTERNAL, f'veth "{missing}" vanished right after creation')
     return link, peer_link
+
+
+# --------------------------------------------------------------------------
+# bridges
+
+BRIDGE_VLAN_INFO_PVID = 0x2
+BRIDGE_VLAN_INFO_UNTAGGED = 0x4
+AF_BRIDGE = 7
+RTEXT_FILTER_BRVLAN = 0x2
+
+
+def ensure_bridge(ipr: IPRoute, name: str, *, mtu: int | None = None,
+                  vlan_filtering: bool = False) -> dict:
+    """Create Linux bridge ``name`` unless it exists; return its summary.
+
+    An existing bridge is reused as it is (its MTU is not changed, as Go's
+    bridge plugin: ``LinkAdd`` with EEXIST ignored). Concurrent callers are
+    fine: losing the creation race is the same as finding it. ``mtu`` in
+    bytes. ``vlan_filtering`` creates it with IFLA_BR_VLAN_FILTERING (the
+    kernel needs CONFIG_BRIDGE_VLAN_FILTERING, else EOPNOTSUPP) and turns it
+    on for an existing bridge.
+
+    Raises:
+        CNIError: 999 ``"<name>" already exists but is not a bridge`` (Go's
+            text) when another kind of link holds the name; 999 for kernel
+            errors; 7 for an invalid name or MTU.
+    """
+    _check_ifname(name)
+    kwargs: dict[str, Any] = {"ifname": name, "kind": "bridge"}
+    if mtu:
+        if int(mtu) <= 0:
+            raise CNIError(ERR_INVALID_NETWORK_CONFIG, f"invalid MTU {mtu}")
+        kwargs["mtu"] = int(mtu)
+    if vlan_filtering:
+        kwargs["br_vlan_filtering"] = 1
+    _call("create bridge", name, ipr.link, "add", ignore=(errno.EEXIST,), **kwargs)
+    link = find_link(ipr, name)
+    if link is None:
+        raise CNIError(ERR_INTERNAL, f'bridge "{name}" vanished right after creation')
+    if link["kind"] != "bridge":
+        raise CNIError(ERR_INTERNAL, f'"{name}" already exists but is not a bridge')
+    if vlan_filtering:
+        _call("enable VLAN filtering on", name, ipr.link, "set", index=link["index"],
+              kind="bridge", br_vlan_filtering=1)
+    return link
+
+
+def bridge_port(ipr: IPRoute, name: str | int) -> dict | None:
+    """Bridge-port settings of an enslaved link: ``{hairpin, isolated}``
+    (bools), or None when the link is not a bridge port (or missing)."""
+    link = find_link(ipr, name)
+    if link is None:
+        return None
+    msgs = _call("get link", name, ipr.link, "get", index=link["index"])
+    data = msgs[0].get_nested("IFLA_LINKINFO", "IFLA_INFO_SLAVE_DATA")
+    if msgs[0].get_nested("IFLA_LINKINFO", "IFLA_INFO_SLAVE_KIND") != "bridge" or data is None:
+        return None
+    return {
+        "hairpin": bool(data.get("IFLA_BRPORT_MODE")),
+        "isolated": bool(data.get("IFLA_BRPORT_ISOLATED")),
+    }
+
+
+def bridge_port_set(ipr: IPRoute, name: str | int, *, hairpin: bool | None = None,
+                    isolated: bool | None = None) -> None:
+    """Set bridge-port flags of a link enslaved to a bridge (IFLA_BRPORT_MODE
+    for hairpin, IFLA_BRPORT_ISOLATED); None leaves a flag as it is.
+
+    Raises:
+        LinkNotFound: (999); CNIError: 999 for kernel errors (e.g. the link
+        is not a bridge port).
+    """
+    attrs: dict[str, Any] = {}
+    if hairpin is not None:
+        attrs["mode"] = int(bool(hairpin))
+    if isolated is not None:
+        attrs["isolated"] = int(bool(isolated))
+    if not attrs:
+        return
+    index = link_index(ipr, name)
+    _call("set bridge port flags on", name, ipr.brport, "set", index=index, **attrs)
+
+
+def bridge_vlans(ipr: IPRoute, name: str | int) -> list[tuple[int, bool, bool]]:
+    """VLANs of a bridge port as ``(vid, pvid, untagged)``, sorted by vid
+    (empty when VLAN filtering is off or the link is missing)."""
+    link = find_link(ipr, name)
+    if link is None:
+        return []
+    msgs = _call("list VLANs of", name, ipr.link, "dump", family=AF_BRIDGE,
+                 ext_mask=RTEXT_FILTER_BRVLAN)
+    out = []
+    for msg in msgs:
+        if msg["index"] != link["index"]:
+            continue
+        spec = msg.get("IFLA_AF_SPEC")
+        for info in (spec.get_attrs("IFLA_BRIDGE_VLAN_INFO") if spec is not None else ()):
+            flags = info["flags"]
+            out.append((info["vid"], bool(flags & BRIDGE_VLAN_INFO_PVID),
+                        bool(flags & BRIDGE_VLAN_INFO_UNTAGGED)))
+    return sorted(out)
+
+
+def bridge_vlan_add(ipr: IPRoute, name: str | int, vid: int, *, pvid: bool = False,
+                    untagged: bool = False) -> None:
+    """Allow VLAN ``vid`` (1-4094) on a bridge port; ``pvid``: untagged
+    ingress goes to it; ``untagged``: egress leaves untagged (the port's
+    master must have VLAN filtering on).
+
+    Raises:
+        CNIError: 7 for a vid out of range, 999 for kernel errors.
+    """
+    if not 1 <= int(vid) <= 4094:
+        raise CNIError(ERR_INVALID_NETWORK_CONFIG, f"invalid VLAN ID {vid}")
+    flags = (BRIDGE_VLAN_INFO_PVID if pvid else 0) | (BRIDGE_VLAN_INFO_UNTAGGED if untagged else 0)
+    index = link_index(ipr, name)
+    _call(f"add VLAN {vid} to", name, ipr.vlan_filter, "add", index=index,
+          vlan_info={"vid": int(vid), "flags": flags})
+
+
+def bridge_vlan_del(ipr: IPRoute, name: str | int, vid: int) -> None:
+    """Remove VLAN ``vid`` from a bridge port (missing is fine)."""
+    index = link_index(ipr, name)
+    _call(f"delete VLAN {vid} from", name, ipr.vlan_filter, "del", index=index,
+          vlan_info={"vid": int(vid)}, ignore=(errno.ENOENT, errno.EINVAL))
+
+
+def wait_operstate(ipr: IPRoute, name: str | int, state: str = "UP", *,
+                   delays: tuple[float, ...] = (0, 0.05, 0.5, 1, 1)) -> dict:
+    """Poll link ``name`` until its operstate is ``state``; return its summary.
+
+    ``delays``: seconds slept before each look (Go's bridge plugin waits
+    0/50/500/1000/1000 ms for the host veth to come up).
+
+    Raises:
+        LinkNotFound: (999); CNIError: 999 ``"<name>" is <operstate>`` when it
+        never reaches ``state``.
+    """
+    import time
+
+    link = None
+    for delay in delays:
+        if delay:
+            time.sleep(delay)
+        link = find_link(ipr, name)
+        if link is None:
+            raise LinkNotFound(name)
+        if link["operstate"] == state:
+            return link
+    assert link is not None
+    raise CNIError(ERR_INTERNAL, f'"{link["name"]}" is in state {link["operstate"]}, not {state}')
 
 
 # --------------------------------------------------------------------------

@@ -100,13 +100,3 @@ def test_version_path_stays_light(loopback, command):
     assert not heavy, heavy
     if command:
         assert json.loads(proc.stdout)["cniVersion"] == "1.0.0"
-
-
-def test_demo_command_runs_and_cleans_up():
-    before = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
-    proc = cli("demo")
-    assert proc.returncode == 0, proc.stderr
-    assert "after ADD, lo in the pod is UP" in proc.stdout
-    assert "after DEL, lo in the pod is DOWN" in proc.stdout
-    after = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
-    assert after <= before, "the demo removes the namespaces it made"

@@ -1,0 +1,152 @@
+"""Apply an IPAM result to an interface, and check one against the kernel.
+
+What an interface plugin does with the result of its IPAM delegate (see
+`cni_skel.invoke.ipam_add_guard`): put the addresses on the container
+interface, bring it up, add the routes; and for CHECK, verify that the
+kernel still holds them.
+
+Source: Go ``pkg/ipam.ConfigureIface`` and ``pkg/ip.ValidateExpectedInterfaceIPs``
+/ ``ValidateExpectedRoute`` (containernetworking/plugins), whose behaviour
+these mirror, including the error texts where a user might search for them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import TYPE_CHECKING, Any
+
+from . import netlink
+from .errors import ERR_INTERNAL, CNIError
+from .sysctl import read_sysctl, write_sysctl
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .netns import NetNS
+    from .types import IPConfig, Result, Route
+
+__all__ = ["check_interface_ips", "check_routes", "configure_iface", "settle_addresses"]
+
+IFA_F_TENTATIVE = 0x40
+DAD_SETTLE_TIMEOUT = 5.0  # seconds, as Go's ConfigureIface
+
+
+def configure_iface(netns: NetNS, ifname: str, result: Result) -> None:
+    """Configure ``ifname`` inside ``netns`` from ``result``.
+
+    For each entry of ``result.ips`` whose ``interface`` index names
+    ``ifname`` (entries without an index are skipped): add the address; for
+    the first IPv6 one, enable IPv6 on ``lo`` and ``ifname`` (disable_ipv6=0)
+    and keep_addr_on_down=1. Then bring the link up, wait (at most 5 s) for
+    IPv6 duplicate address detection when there is an IPv6 gateway, and add
+    ``result.routes`` through ``ifname``; a route without ``gw`` goes via the
+    first gateway of its family. Idempotent for addresses and routes that
+    already exist.
+
+    Raises:
+        CNIError: 999 ``failed to add IP addr ... invalid interface index``
+            when an index points at another interface or out of range;
+            999 for kernel errors (naming the address or route); 3 when the
+            namespace is gone.
+    """
+    with netns.enter(), netns.iproute() as ipr:
+        index = netlink.link_index(ipr, ifname)
+        gw4 = gw6 = None
+        ipv6_ready = False
+        for ipc in result.ips:
+            if ipc.interface is None:
+                continue
+            i = ipc.interface
+            if i < 0 or i >= len(result.interfaces) or result.interfaces[i].name != ifname:
+                raise CNIError(ERR_INTERNAL, f'failed to add IP addr {ipc.address} to '
+                                             f'"{ifname}": invalid interface index')
+            if ipc.address.version == 6 and not ipv6_ready:
+                _enable_ipv6(ifname)
+                ipv6_ready = True
+            netlink.add_address(ipr, index, ipc.address)
+            if ipc.gateway is not None:
+                if ipc.gateway.version == 4 and gw4 is None:
+                    gw4 = ipc.gateway
+                elif ipc.gateway.version == 6 and gw6 is None:
+                    gw6 = ipc.gateway
+        netlink.link_up(ipr, index)
+        if gw6 is not None:
+            settle_addresses(ipr, index, DAD_SETTLE_TIMEOUT)
+        for route in result.routes:
+            dst = route.dst.network
+            gw = route.gw if route.gw is not None else (gw4 if dst.version == 4 else gw6)
+            netlink.add_route(ipr, dst, gw=gw, dev=index, priority=route.priority or None,
+                              table=route.table, scope=route.scope, mtu=route.mtu or None,
+                              advmss=route.advmss or None)
+
+
+def _enable_ipv6(ifname: str) -> None:
+    # Runs inside the target namespace: /proc/sys/net follows the thread's netns.
+    for dev in ("lo", ifname):
+        key = f"net/ipv6/conf/{dev}/disable_ipv6"
+        try:
+            if read_sysctl(key) != "0":
+                write_sysctl(key, "0")
+        except CNIError:
+            # IPv6 disabled at boot has no such file: adding the address will
+            # fail with a clear error below.
+            continue
+    with contextlib.suppress(CNIError):
+        write_sysctl(f"net/ipv6/conf/{ifname}/keep_addr_on_down", "1")
+
+
+def settle_addresses(ipr: Any, link: str | int, timeout: float) -> None:
+    """Wait until no IPv6 address of ``link`` is tentative (DAD running), at
+    most ``timeout`` seconds.
+
+    Raises:
+        CNIError: 999 naming the link when addresses are still tentative, or
+            when one failed DAD (a duplicate on the link).
+    """
+    import socket
+
+    deadline = time.monotonic() + timeout
+    index = netlink.link_index(ipr, link)
+    while True:
+        msgs = ipr.get_addr(family=socket.AF_INET6, index=index)
+        tentative = [m for m in msgs if _ifa_flags(m) & IFA_F_TENTATIVE]
+        if not tentative:
+            return
+        if any(_ifa_flags(m) & 0x08 for m in tentative):  # IFA_F_DADFAILED
+            raise CNIError(ERR_INTERNAL, f'duplicate address detection failed on "{link}"')
+        if time.monotonic() >= deadline:
+            raise CNIError(ERR_INTERNAL, f'addresses of "{link}" still tentative after '
+                                         f"{timeout:g} s")
+        time.sleep(0.05)
+
+
+def _ifa_flags(msg: Any) -> int:
+    return msg.get("IFA_FLAGS") or msg["flags"]
+
+
+def check_interface_ips(ipr: Any, ifname: str, ips: list[IPConfig]) -> None:
+    """Every address of ``ips`` is on ``ifname`` with its prefix length.
+
+    Raises:
+        CNIError: 999 naming the interface and the missing address.
+    """
+    present = {str(a) for a in netlink.addresses(ipr, ifname)}
+    for ipc in ips:
+        if str(ipc.address) not in present:
+            raise CNIError(ERR_INTERNAL, f'IP address {ipc.address} not found on "{ifname}"')
+
+
+def check_routes(ipr: Any, routes: list[Route]) -> None:
+    """Every route of ``routes`` is in the kernel's main table with the same
+    destination and gateway (when one is given).
+
+    Raises:
+        CNIError: 999 naming the route that is missing.
+    """
+    table = netlink.routes(ipr)
+    for route in routes:
+        dst = route.dst.network
+        found = any(r["dst"] == dst and (route.gw is None or r["gw"] == route.gw)
+                    for r in table)
+        if not found:
+            via = f" via {route.gw}" if route.gw is not None else ""
+            raise CNIError(ERR_INTERNAL, f"route {dst}{via} not found")

@@ -1,0 +1,247 @@
+"""The project ``cni-skel new-plugin NAME`` writes: a working chained plugin
+(sets the MTU of the container's interface), its packaging with the
+``cni_skel.plugins`` entry point, and a pytest test using the cni_skel
+fixtures that passes as generated (run it as root: it makes namespaces).
+
+Kept as Python strings so that it ships inside the ``cni_skel`` package.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+
+__all__ = ["names_for", "render"]
+
+_NAME_RE = re.compile(r"[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*")
+
+_PLUGIN = '''\
+"""CNI plugin ``{name}``: sets the MTU of the container's interface.
+
+A chained plugin: put it after the plugin that creates the interface (bridge,
+ptp, ...). Written with cni-skel; the CNI protocol (environment, stdin,
+versions, errors) is the SDK's job, this module only does networking.
+
+Config keys, besides cniVersion, name and type:
+    mtu     the MTU to set, 68..65535 (default 1400)
+
+ADD   sets the MTU of CNI_IFNAME in CNI_NETNS; returns prevResult unchanged
+      (or, run alone, a result naming the interface).
+CHECK fails (code {check_code}) when the MTU differs.
+DEL   has nothing to undo: the interface goes away with the container. It
+      must succeed even when everything is already gone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cni_skel import CmdArgs, CNIError, Interface, NetConf, Plugin, Result
+from cni_skel.errors import ERR_INVALID_NETWORK_CONFIG
+from pydantic import Field
+
+__all__ = ["{cls}", "{cls}Conf"]
+
+
+class {cls}Conf(NetConf):
+    """Our config: NetConf (cniVersion, name, type, prevResult, ...) plus ``mtu``."""
+
+    mtu: int = Field(1400, ge=68, le=65535)
+
+
+def _link(args: CmdArgs) -> dict:
+    # Imported here, not at the top: VERSION (asked before every command by
+    # some runtimes) then never pays for pyroute2.
+    from cni_skel import netlink
+    from cni_skel.netns import NetNS
+
+    with NetNS.open(args.netns) as pod, pod.iproute() as ipr:
+        link = netlink.find_link(ipr, args.ifname)
+    if link is None:
+        raise CNIError(ERR_INVALID_NETWORK_CONFIG, f"interface {{args.ifname!r}} not found",
+                       "{name} configures an existing interface: chain it after the "
+                       "plugin that creates it")
+    return link
+
+
+class {cls}(Plugin):
+    name = "{name}"
+    config_model = {cls}Conf
+
+    def add(self, args: CmdArgs, conf: {cls}Conf) -> Any:
+        from cni_skel import netlink
+        from cni_skel.netns import NetNS
+
+        link = _link(args)
+        with NetNS.open(args.netns) as pod, pod.iproute() as ipr:
+            netlink.link_set(ipr, args.ifname, mtu=conf.mtu)
+        if conf.prev_result is not None:
+            return conf.prev_result           # a chained plugin passes the result on
+        return Result(interfaces=[Interface(name=args.ifname, mac=link["mac"],
+                                            sandbox=args.netns)])
+
+    def check(self, args: CmdArgs, conf: {cls}Conf) -> None:
+        mtu = _link(args)["mtu"]
+        if mtu != conf.mtu:
+            raise CNIError(ERR_INVALID_NETWORK_CONFIG,
+                           f"{{args.ifname}} has MTU {{mtu}}, expected {{conf.mtu}}")
+
+    def delete(self, args: CmdArgs, conf: {cls}Conf) -> None:
+        return None
+
+
+if __name__ == "__main__":
+    {cls}.main()
+'''
+
+_INIT = '''\
+"""The ``{name}`` CNI plugin."""
+
+from .plugin import {cls}, {cls}Conf
+
+__all__ = ["{cls}", "{cls}Conf"]
+'''
+
+_PYPROJECT = '''\
+[build-system]
+requires = ["setuptools>=77"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "{name}"
+version = "0.1.0"
+description = "CNI plugin {name}: sets the MTU of the container's interface"
+requires-python = ">=3.11"
+dependencies = ["cni-skel"]
+
+[project.entry-points."cni_skel.plugins"]
+# Executable name -> plugin class: `cni-skel install --bin-dir /opt/cni/bin {name}`
+# writes the executable once this package is installed (pip install .).
+{name} = "{module}:{cls}"
+
+[tool.setuptools]
+packages = ["{module}"]
+
+[tool.pytest.ini_options]
+testpaths = ["tests"]
+addopts = "-ra -p no:cacheprovider"
+'''
+
+_TEST = '''\
+"""Tests for {name}, run the way a runtime runs the plugin: a real executable,
+CNI_* environment, config on stdin, in throw-away network namespaces (root).
+The fixtures (netns_factory, node_netns, pod_netns) come with cni-skel."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+from cni_skel import CNIError, netlink
+from cni_skel.netns import NetNS
+from cni_skel.testing import install_plugin, run_plugin
+
+PROJECT = pathlib.Path(__file__).resolve().parent.parent
+CONF = {{"cniVersion": "1.1.0", "name": "test-net", "type": "{name}", "mtu": 1280}}
+
+
+@pytest.fixture
+def exe(tmp_path):
+    # The package is not installed while you develop it: give its directory.
+    return install_plugin(tmp_path, "{name}", "{module}:{cls}",
+                          pythonpath=[str(PROJECT)])
+
+
+def _veth(pod, name="eth0"):
+    """An interface to configure, as the plugin before ours would leave it."""
+    with NetNS.open(pod.path) as ns, ns.iproute() as ipr:
+        ipr.link("add", ifname=name, kind="veth", peer="peer0")
+        return netlink.find_link(ipr, name)
+
+
+def _mtu(pod, name="eth0"):
+    with NetNS.open(pod.path) as ns, ns.iproute() as ipr:
+        return netlink.find_link(ipr, name)["mtu"]
+
+
+def test_add_check_del(exe, node_netns, pod_netns):
+    link = _veth(pod_netns)
+    prev = {{"cniVersion": "1.1.0",
+             "interfaces": [{{"name": "eth0", "mac": link["mac"], "sandbox": pod_netns.path}}],
+             "ips": [{{"address": "10.1.0.5/24", "interface": 0}}]}}
+    result = run_plugin(exe, "ADD", {{**CONF, "prevResult": prev}}, netns=pod_netns.path,
+                        node=node_netns)
+    assert _mtu(pod_netns) == 1280
+    assert result["ips"][0]["address"] == "10.1.0.5/24"     # prevResult passed on
+    run_plugin(exe, "CHECK", {{**CONF, "prevResult": result}}, netns=pod_netns.path,
+               node=node_netns)
+    with pytest.raises(CNIError) as err:
+        run_plugin(exe, "CHECK", {{**CONF, "mtu": 1400, "prevResult": result}},
+                   netns=pod_netns.path, node=node_netns)
+    assert "expected 1400" in err.value.msg
+    run_plugin(exe, "DEL", CONF, netns=pod_netns.path, node=node_netns)
+
+
+def test_missing_interface_is_a_config_error(exe, node_netns, pod_netns):
+    with pytest.raises(CNIError) as err:
+        run_plugin(exe, "ADD", CONF, netns=pod_netns.path, node=node_netns)
+    assert err.value.code == 7 and "not found" in err.value.msg
+
+
+def test_version_and_bad_config(exe, node_netns):
+    assert "1.1.0" in run_plugin(exe, "VERSION", {{"cniVersion": "1.1.0"}})["supportedVersions"]
+    with pytest.raises(CNIError) as err:
+        run_plugin(exe, "ADD", {{**CONF, "mtu": 10}}, netns="/run/netns/none", node=node_netns)
+    assert err.value.code == 7 and "mtu" in err.value.msg
+'''
+
+_README = '''\
+# {name}
+
+A CNI plugin written with [cni-skel](https://pypi.org/project/cni-skel/): sets the
+MTU of the container's interface (chain it after the plugin that creates the interface).
+
+```sh
+python -m pytest          # as root: the tests make their own network namespaces
+pip install .             # registers the plugin (entry point cni_skel.plugins)
+cni-skel install --bin-dir /opt/cni/bin {name}
+```
+
+In a conflist:
+
+```json
+{{"type": "{name}", "mtu": 1400}}
+```
+'''
+
+
+def names_for(name: str) -> tuple[str, str]:
+    """``(module, class)`` for a plugin executable name: ``mtu-setter`` ->
+    ``("cni_mtu_setter", "MtuSetter")``.
+
+    Raises:
+        ValueError: the name is not lower-case letters, digits and single
+            ``-``/``_`` separators starting with a letter.
+    """
+    if not _NAME_RE.fullmatch(name) or len(name) > 64:
+        raise ValueError(f"invalid plugin name {name!r}: use lower-case letters, digits and "
+                         "single '-' or '_' between them, starting with a letter "
+                         "(e.g. mtu-setter)")
+    parts = re.split(r"[-_]", name)
+    cls = "".join(p[:1].upper() + p[1:] for p in parts)
+    if keyword.iskeyword(cls):
+        cls += "Plugin"
+    return "cni_" + "_".join(parts), cls
+
+
+def render(name: str) -> dict[str, str]:
+    """The files of the new project: relative path -> text."""
+    module, cls = names_for(name)
+    fmt = {"name": name, "module": module, "cls": cls, "check_code": 7}
+    return {
+        "pyproject.toml": _PYPROJECT.format(**fmt),
+        "README.md": _README.format(**fmt),
+        f"{module}/__init__.py": _INIT.format(**fmt),
+        f"{module}/plugin.py": _PLUGIN.format(**fmt),
+        "tests/test_plugin.py": _TEST.format(**fmt),
+    }
