@@ -70,6 +70,11 @@ class Plugin:
         args_model: `cni_skel.args.CNIArgs` subclass for CNI_ARGS (or string);
             None leaves CNI_ARGS unparsed (``CmdArgs.cni_args`` is None).
         supported_versions: spec versions accepted in ``cniVersion``.
+        verbs: optional ``"package.module"`` whose functions ``add``,
+            ``check``, ``delete``, ``status``, ``gc`` (same signatures as the
+            methods below) implement the verbs; imported on first use, so the
+            plugin class stays light for VERSION. A missing function means the
+            default below.
 
     Handlers get the validated `CmdArgs` and the config model instance:
         add(args, conf) -> Result: the result in the current (1.1.0) model;
@@ -85,21 +90,37 @@ class Plugin:
     config_model: ClassVar[Any] = "cni_skel.config:NetConf"
     args_model: ClassVar[Any] = None
     supported_versions: ClassVar[tuple[str, ...]] = ALL_VERSIONS
+    verbs: ClassVar[str | None] = None
+
+    def _verb(self, name: str) -> Any:
+        if self.verbs is None:
+            return None
+        import importlib
+
+        return getattr(importlib.import_module(self.verbs), name, None)
 
     def add(self, args: CmdArgs, conf: Any) -> Any:
-        raise CNIError(ERR_INTERNAL, f"{self.name}: ADD is not implemented")
+        if (fn := self._verb("add")) is None:
+            raise CNIError(ERR_INTERNAL, f"{self.name}: ADD is not implemented")
+        return fn(args, conf)
 
     def check(self, args: CmdArgs, conf: Any) -> None:
-        raise CNIError(ERR_INTERNAL, f"{self.name}: CHECK is not implemented")
+        if (fn := self._verb("check")) is None:
+            raise CNIError(ERR_INTERNAL, f"{self.name}: CHECK is not implemented")
+        fn(args, conf)
 
     def delete(self, args: CmdArgs, conf: Any) -> None:
-        raise CNIError(ERR_INTERNAL, f"{self.name}: DEL is not implemented")
+        if (fn := self._verb("delete")) is None:
+            raise CNIError(ERR_INTERNAL, f"{self.name}: DEL is not implemented")
+        fn(args, conf)
 
     def status(self, args: CmdArgs, conf: Any) -> None:
-        return None
+        if (fn := self._verb("status")) is not None:
+            fn(args, conf)
 
     def gc(self, args: CmdArgs, conf: Any) -> None:
-        return None
+        if (fn := self._verb("gc")) is not None:
+            fn(args, conf)
 
     @classmethod
     def about_text(cls) -> str:

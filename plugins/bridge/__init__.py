@@ -10,9 +10,6 @@ pyroute2 and libnftables load in the verbs, never for VERSION.
 
 from __future__ import annotations
 
-from typing import Any
-
-from cni_skel.env import CmdArgs
 from cni_skel.skel import Plugin
 
 __all__ = ["Bridge"]
@@ -59,28 +56,4 @@ class Bridge(Plugin):
     about = "CNI bridge plugin (cni-skel)"
     config_model = "cni_skel_plugins.bridge.config:BridgeConf"
     args_model = "cni_skel_plugins.bridge.config:BridgeArgs"
-
-    def add(self, args: CmdArgs, conf: Any) -> Any:
-        from .verbs import add
-
-        return add(args, conf)
-
-    def check(self, args: CmdArgs, conf: Any) -> None:
-        from .verbs import check
-
-        check(args, conf)
-
-    def delete(self, args: CmdArgs, conf: Any) -> None:
-        from .verbs import delete
-
-        delete(args, conf)
-
-    def gc(self, args: CmdArgs, conf: Any) -> None:
-        from .verbs import gc
-
-        gc(args, conf)
-
-    def status(self, args: CmdArgs, conf: Any) -> None:
-        from .verbs import status
-
-        status(args, conf)
+    verbs = "cni_skel_plugins.bridge.verbs"

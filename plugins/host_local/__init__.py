@@ -11,9 +11,6 @@ plugin does no netlink.
 
 from __future__ import annotations
 
-from typing import Any
-
-from cni_skel.env import CmdArgs
 from cni_skel.skel import Plugin
 
 __all__ = ["HostLocal", "main"]
@@ -65,31 +62,7 @@ class HostLocal(Plugin):
     about = "CNI host-local IPAM plugin (cni-skel)"
     config_model = "cni_skel_plugins.host_local.config:HostLocalConf"
     args_model = "cni_skel_plugins.host_local.config:HostLocalArgs"
-
-    def add(self, args: CmdArgs, conf: Any) -> Any:
-        from .verbs import add
-
-        return add(args, conf)
-
-    def delete(self, args: CmdArgs, conf: Any) -> None:
-        from .verbs import delete
-
-        delete(args, conf)
-
-    def check(self, args: CmdArgs, conf: Any) -> None:
-        from .verbs import check
-
-        check(args, conf)
-
-    def gc(self, args: CmdArgs, conf: Any) -> None:
-        from .verbs import gc
-
-        gc(args, conf)
-
-    def status(self, args: CmdArgs, conf: Any) -> None:
-        from .verbs import status
-
-        status(args, conf)
+    verbs = "cni_skel_plugins.host_local.verbs"
 
 
 def main() -> None:

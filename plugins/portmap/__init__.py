@@ -11,9 +11,6 @@ on purpose; pydantic, libnftables and pyroute2 load in the verbs.
 
 from __future__ import annotations
 
-from typing import Any
-
-from cni_skel.env import CmdArgs
 from cni_skel.skel import Plugin
 
 __all__ = ["PortMap", "main"]
@@ -55,31 +52,7 @@ class PortMap(Plugin):
     name = "portmap"
     about = "CNI portmap plugin (cni-skel, nftables)"
     config_model = "cni_skel_plugins.portmap.config:PortMapConf"
-
-    def add(self, args: CmdArgs, conf: Any) -> Any:
-        from .verbs import add
-
-        return add(args, conf)
-
-    def check(self, args: CmdArgs, conf: Any) -> None:
-        from .verbs import check
-
-        check(args, conf)
-
-    def delete(self, args: CmdArgs, conf: Any) -> None:
-        from .verbs import delete
-
-        delete(args, conf)
-
-    def gc(self, args: CmdArgs, conf: Any) -> None:
-        from .verbs import gc
-
-        gc(args, conf)
-
-    def status(self, args: CmdArgs, conf: Any) -> None:
-        from .verbs import status
-
-        status(args, conf)
+    verbs = "cni_skel_plugins.portmap.verbs"
 
 
 def main() -> None:

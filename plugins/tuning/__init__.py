@@ -9,9 +9,6 @@ pydantic models, pyroute2 and the verbs load when a verb runs.
 
 from __future__ import annotations
 
-from typing import Any
-
-from cni_skel.env import CmdArgs
 from cni_skel.skel import Plugin
 
 __all__ = ["Tuning", "main"]
@@ -76,26 +73,7 @@ class Tuning(Plugin):
     about = "CNI tuning plugin (cni-skel)"
     config_model = "cni_skel_plugins.tuning.config:TuningConf"
     args_model = "cni_skel_plugins.tuning.config:TuningArgs"
-
-    def add(self, args: CmdArgs, conf: Any) -> Any:
-        from .verbs import add
-
-        return add(args, conf)
-
-    def check(self, args: CmdArgs, conf: Any) -> None:
-        from .verbs import check
-
-        check(args, conf)
-
-    def delete(self, args: CmdArgs, conf: Any) -> None:
-        from .verbs import delete
-
-        delete(args, conf)
-
-    def gc(self, args: CmdArgs, conf: Any) -> None:
-        from .verbs import gc
-
-        gc(args, conf)
+    verbs = "cni_skel_plugins.tuning.verbs"
 
 
 def main() -> None:
