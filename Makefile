@@ -11,7 +11,7 @@ PY       := $(VENV)/bin/python
 # for interop tests and benchmarks; python3-venv: Debian's venv module.
 SYS_PKGS := iproute2 nftables libnftables1 containernetworking-plugins python3 python3-venv
 
-.PHONY: all deps venv demo test install lint bench clean
+.PHONY: all deps venv demo test install lint bench bench-quick clean
 
 all: test
 
@@ -45,8 +45,13 @@ install: venv
 lint: venv
 	$(VENV)/bin/ruff check .
 
+# Ours against Debian's Go plugins, interleaved; results in bench/results/
+# (BENCH_ARGS: e.g. --modes go,oneshot --out /tmp/r). bench-quick: < 60 s smoke.
 bench: deps venv
-	@echo "benchmarks arrive with the benchmark issue; nothing to run yet"
+	$(PY) -m bench $(BENCH_ARGS)
+
+bench-quick: deps venv
+	$(PY) -m bench --quick $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -27,7 +27,9 @@ def test_install_writes_isolated_executables(tmp_path, node_netns, pod_netns):
     assert os.access(exe, os.X_OK)
     first = exe.read_text().splitlines()[0]
     venv_bin = os.path.dirname(os.path.abspath(sys.executable))
-    assert first.startswith(f"#!{venv_bin}/python") and first.endswith(" -I"), first
+    # -IS: isolated, and no site (the launcher needs only the stdlib; its
+    # one-shot fallback loads site itself).
+    assert first.startswith(f"#!{venv_bin}/python") and first.endswith(" -IS"), first
     # A runtime's environment must not change what the plugin imports: no
     # venv on PATH, a poisoned PYTHONPATH/PYTHONHOME, another cwd.
     hostile = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": str(tmp_path / "evil"),

@@ -1,0 +1,1 @@
+"""Benchmarks of the cni-skel plugins against the Go reference plugins (see run.py)."""

@@ -1,0 +1,154 @@
+"""Implementations under test ("modes"). Each gets its own node namespace.
+
+A mode installs its plugins into a bin dir and turns one CNI call into a
+request for the node agent (`bench.node`). Adding a mode is one class here
+plus an entry in MODES:
+
+  go       Debian's Go reference plugins (/usr/lib/cni), one process per call
+  oneshot  ours, installed executables, one process per call (what a runtime
+           does today)
+  inproc   ours, `cni_skel.skel.dispatch` called in the agent process: the
+           plugin's work without interpreter start-up and imports
+  warm     ours, thin launchers talking to `cni-skel worker` (a fork-server
+           with the imports done); skipped with ModeUnavailable when the
+           installed cni_skel has no worker
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+import subprocess
+import sys
+import time
+
+GO_BIN = "/usr/lib/cni"
+PLUGINS = ("bridge", "host-local", "loopback", "portmap", "tuning")
+
+
+class ModeUnavailable(Exception):
+    """This mode cannot run here; the message says why."""
+
+
+class Mode:
+    key = ""
+    label = ""
+    #: whether wait4 rusage (peak RSS) describes the plugin (process per call)
+    per_process = True
+
+    def __init__(self) -> None:
+        self.bin_dir = ""
+        self.node = None  # bench.run.Node, set by the runner
+
+    @property
+    def cni_path(self) -> str:
+        return self.bin_dir
+
+    def install(self, work_dir: str) -> None:
+        raise NotImplementedError
+
+    def request(self, plugin: str, env: dict[str, str], stdin: str) -> dict:
+        """The node-agent request for one call."""
+        return {"op": "exec", "argv": [os.path.join(self.bin_dir, plugin)], "env": env,
+                "stdin": stdin}
+
+    def close(self) -> None:
+        """Stop whatever install() started."""
+
+
+class GoMode(Mode):
+    key, label = "go", "Go 1.1.1"
+
+    def install(self, work_dir: str) -> None:
+        missing = [p for p in PLUGINS if not os.access(os.path.join(GO_BIN, p), os.X_OK)]
+        if missing:
+            raise ModeUnavailable(f"Go plugins missing in {GO_BIN}: {', '.join(missing)} "
+                                  "(apt-get install containernetworking-plugins)")
+        self.bin_dir = GO_BIN
+
+
+class OneShotMode(Mode):
+    key, label = "oneshot", "ours"
+
+    def install(self, work_dir: str) -> None:
+        from cni_skel.cli import plugin_registry, write_executable
+
+        self.refs = plugin_registry()
+        missing = [p for p in PLUGINS if p not in self.refs]
+        if missing:
+            raise ModeUnavailable(f"plugins not registered: {', '.join(missing)}")
+        self.bin_dir = os.path.join(work_dir, f"bin-{self.key}")
+        kw = {}
+        if "worker_socket" in inspect.signature(write_executable).parameters:
+            kw["worker_socket"] = self.worker_socket(work_dir)  # None: plain one-shot script
+        for name in PLUGINS:
+            write_executable(self.bin_dir, name, self.refs[name], force=True, **kw)
+
+    def worker_socket(self, work_dir: str) -> str | None:
+        return None
+
+
+class InProcMode(OneShotMode):
+    """dispatch() in the agent; delegates (host-local under bridge) still run
+    as one-shot executables from this mode's bin dir, as CNI_PATH says."""
+
+    key, label = "inproc", "ours in-process"
+    per_process = False
+
+    def request(self, plugin: str, env: dict[str, str], stdin: str) -> dict:
+        return {"op": "dispatch", "ref": self.refs[plugin], "env": env, "stdin": stdin}
+
+
+class WarmMode(OneShotMode):
+    """Launchers (`cni-skel install` default) handing calls to `cni-skel worker`.
+    wait4 sees the launcher only: CPU and RSS exclude the worker's forked
+    child, so read this mode's wall times; its CPU/RSS are a lower bound."""
+
+    key, label = "warm", "ours warm"
+
+    def worker_socket(self, work_dir: str) -> str | None:
+        return os.path.join(work_dir, "warm", "worker.sock")
+
+    def install(self, work_dir: str) -> None:
+        from cni_skel.cli import write_executable
+
+        if importlib.util.find_spec("cni_skel.worker") is None or \
+                "worker_socket" not in inspect.signature(write_executable).parameters:
+            raise ModeUnavailable("warm mode needs cni_skel/worker.py and launchers "
+                                  "(write_executable(worker_socket=...))")
+        super().install(work_dir)
+        sock = self.worker_socket(work_dir)
+        os.makedirs(os.path.dirname(sock), exist_ok=True)
+        cmd = [sys.executable, "-c", "from cni_skel.cli import main; main()", "worker",
+               "--socket", sock]
+        self.log = open(os.path.join(work_dir, "warm", "worker.log"), "w")  # noqa: SIM115
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=self.log)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ModeUnavailable(f"cni-skel worker exited {self.proc.returncode} "
+                                      f"(log: {self.log.name})")
+            ok = subprocess.run([*cmd[:4], "--socket", sock, "--check"],
+                                capture_output=True, check=False).returncode == 0
+            if ok:
+                return
+            time.sleep(0.3)
+        self.close()
+        raise ModeUnavailable("cni-skel worker did not answer within 20 s")
+
+    def close(self) -> None:
+        proc = getattr(self, "proc", None)
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if getattr(self, "log", None):
+            self.log.close()
+
+
+MODES: dict[str, type[Mode]] = {m.key: m for m in (GoMode, OneShotMode, InProcMode, WarmMode)}

@@ -1,0 +1,176 @@
+"""The benchmark's agent inside one node namespace.
+
+Started by `bench.run` as ``ip netns exec <node> python -m bench.node``, so it
+(and every plugin it starts) sees the node namespace's own /sys, exactly like
+a runtime-run plugin. Requests and answers are JSON lines on stdin / fd 1;
+fd 1 is then pointed at stderr so nothing a plugin or library prints can
+corrupt the protocol.
+
+Ops:
+  exec      run ``argv`` once; wall, CPU (user+sys) and peak RSS of the plugin
+            process tree from wait4 (through the small C spawner when built,
+            see spawn.c), exit code, stdout, stderr.
+  dispatch  call `cni_skel.skel.dispatch` in this process (no start-up): wall
+            and CPU of this thread plus the children it reaped (a bridge's
+            host-local delegate); no RSS.
+  batch     run many exec/dispatch requests on N worker threads (churn).
+  inspect   what a leak check needs: veths and bridge ports on the node, IP
+            files in a host-local store.
+  exit
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+_plugins: dict[str, Any] = {}
+
+
+def _memfd(name: str) -> int:
+    return os.memfd_create(name, os.MFD_CLOEXEC)
+
+
+def _read_fd(fd: int) -> str:
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def _stdin_fd(data: bytes) -> int:
+    """A pipe already holding ``data`` (configs are far below the pipe size)
+    with its write end closed: the plugin reads to EOF, no thread needed."""
+    if len(data) > 60000:
+        fd = _memfd("stdin")
+        os.write(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+        return fd
+    r, w = os.pipe()
+    os.write(w, data)
+    os.close(w)
+    return r
+
+
+def do_exec(req: dict, spawn: str | None) -> dict:
+    argv = req["argv"]
+    stdin = _stdin_fd(req.get("stdin", "").encode())
+    out, err = _memfd("out"), _memfd("err")
+    try:
+        if spawn:
+            r, w = os.pipe()
+            try:
+                proc = subprocess.Popen([spawn, str(w), *argv], pass_fds=(w,), env=req["env"],
+                                        stdin=stdin, stdout=out, stderr=err)
+            finally:
+                os.close(w)
+            proc.wait()
+            with os.fdopen(r, "rb") as fp:
+                fields = fp.read().split()
+            if proc.returncode != 0 or len(fields) != 5:
+                raise RuntimeError(f"spawner failed ({proc.returncode}) for {argv[0]}")
+            wall = int(fields[0]) / 1e9
+            cpu = (int(fields[1]) + int(fields[2])) / 1e6
+            rss: int | None = int(fields[3])
+            code = os.waitstatus_to_exitcode(int(fields[4]))
+        else:
+            # No spawner: peak RSS would be this process's own (the kernel
+            # carries the parent's high-water mark across fork/exec): omit it.
+            t0 = time.perf_counter()
+            proc = subprocess.Popen(argv, env=req["env"], stdin=stdin, stdout=out, stderr=err)
+            _, status, ru = os.wait4(proc.pid, 0)
+            wall = time.perf_counter() - t0
+            code = os.waitstatus_to_exitcode(status)
+            proc.returncode = code
+            cpu = ru.ru_utime + ru.ru_stime
+            rss = None
+    finally:
+        os.close(stdin)
+    return {"wall": wall, "cpu": cpu, "rss": rss, "code": code,
+            "out": _read_fd(out), "err": _read_fd(err)[-(10**7 if req.get("full_err") else 4000):]}
+
+
+def do_dispatch(req: dict) -> dict:
+    from cni_skel.skel import _resolve, dispatch
+
+    ref = req["ref"]
+    cls = _plugins.get(ref)
+    if cls is None:
+        cls = _plugins[ref] = _resolve(ref)
+    err = io.StringIO()
+    data = req.get("stdin", "").encode()
+    th0 = resource.getrusage(resource.RUSAGE_THREAD)
+    ch0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    out, code = dispatch(cls, req["env"], data, err)
+    wall = time.perf_counter() - t0
+    th1 = resource.getrusage(resource.RUSAGE_THREAD)
+    ch1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (th1.ru_utime - th0.ru_utime + th1.ru_stime - th0.ru_stime
+           + ch1.ru_utime - ch0.ru_utime + ch1.ru_stime - ch0.ru_stime)
+    return {"wall": wall, "cpu": cpu, "rss": None, "code": code,
+            "out": out.decode("utf-8", "replace"), "err": err.getvalue()[-4000:]}
+
+
+def do_inspect(req: dict) -> dict:
+    links = sorted(os.listdir("/sys/class/net"))
+    bridge = req.get("bridge")
+    ports: list[str] = []
+    if bridge and os.path.isdir(f"/sys/class/net/{bridge}/brif"):
+        ports = sorted(os.listdir(f"/sys/class/net/{bridge}/brif"))
+    ips: list[str] = []
+    store = req.get("store")
+    if store and os.path.isdir(store):
+        ips = sorted(n for n in os.listdir(store)
+                     if n != "lock" and not n.startswith(("last_reserved_ip", ".")))
+    return {"veths": [n for n in links if n.startswith("veth")], "ports": ports, "ips": ips}
+
+
+def handle(req: dict, spawn: str | None) -> Any:
+    op = req["op"]
+    if op == "exec":
+        return do_exec(req, spawn)
+    if op == "dispatch":
+        return do_dispatch(req)
+    if op == "inspect":
+        return do_inspect(req)
+    if op == "batch":
+        calls = req["calls"]
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=max(1, req.get("workers", 1))) as pool:
+            results = list(pool.map(lambda r: handle(r, spawn), calls))
+        return {"wall": time.perf_counter() - t0, "results": results}
+    raise ValueError(f"unknown op {op!r}")
+
+
+def main() -> None:
+    spawn = None
+    if len(sys.argv) > 2 and sys.argv[1] == "--spawn" and sys.argv[2]:
+        spawn = sys.argv[2]
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=False)
+    proto.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
+    for line in sys.stdin:
+        req = json.loads(line)
+        if req.get("op") == "exit":
+            break
+        try:
+            answer = {"ok": handle(req, spawn)}
+        except Exception as exc:
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        proto.write(json.dumps(answer) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,849 @@
+"""cni-skel benchmark: our plugins against Debian's Go reference plugins.
+
+    python -m bench [--quick] [--modes go,oneshot,inproc] [--out bench/results]
+
+Every implementation ("mode", see bench/modes.py) gets its own node
+namespace with an agent in it (bench/node.py); pods get fresh namespaces.
+Calls are interleaved call by call with the mode order rotated per sample, so
+the noise of a shared machine hits every mode alike: read the ratios, not the
+absolute times. Writes <out>/bench-<quick|full>-<stamp>.md (also printed) and
+.json (every sample); the last printed line is a one-line summary. Exit 1 on
+plugin errors, duplicate IPs or leaks; a missed budget is reported, not fatal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+from .modes import MODES, PLUGINS, Mode, ModeUnavailable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CNI_VERSION = "1.0.0"  # the newest Go 1.1.1 speaks
+PATH_ENV = "/usr/sbin:/usr/bin:/sbin:/bin"
+MiB = 1024
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    pods: int
+    version_samples: int
+    scale_samples: int
+    hl_levels: tuple[int, ...]
+    pm_levels: tuple[int, ...]
+    churn_pods: int
+    churn_workers: tuple[int, ...]
+    fill_workers: int = 4
+
+
+QUICK = Profile("quick", pods=2, version_samples=3, scale_samples=2, hl_levels=(0, 1000),
+                pm_levels=(0, 20), churn_pods=4, churn_workers=(4,))
+FULL = Profile("full", pods=50, version_samples=30, scale_samples=15,
+               hl_levels=(0, 1000, 10000), pm_levels=(0, 100, 1000), churn_pods=100,
+               churn_workers=(2, 8))
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# --- statistics -----------------------------------------------------------------
+
+
+def med(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def p95(values: list[float]) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return s[max(0, math.ceil(0.95 * len(s)) - 1)]
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def ms(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{x * 1000:.{digits}f}"
+
+
+def mib(kib: float | None) -> str:
+    return "-" if kib is None else f"{kib / MiB:.1f}"
+
+
+def rx(r: float | None) -> str:
+    return "-" if r is None else f"{r:.2f}x"
+
+
+# --- the node agent ----------------------------------------------------------------
+
+
+class Node:
+    """A node namespace plus its agent (bench/node.py) for one mode."""
+
+    def __init__(self, key: str, spawn: str | None, log_fp) -> None:
+        from cni_skel.harness import create_netns
+
+        self.ns = create_netns(f"cnbn-{key}")
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", self.ns.name, sys.executable, "-m", "bench.node",
+             "--spawn", spawn or ""],
+            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_fp, text=True)
+        line = self.proc.stdout.readline()
+        if not line or not json.loads(line).get("ready"):
+            raise RuntimeError(f"node agent for {key} did not start (see the log)")
+
+    def request(self, req: dict) -> dict:
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("node agent died (see the log)")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise RuntimeError(f"node agent: {answer['error']}")
+        return answer["ok"]
+
+    def close(self) -> None:
+        from cni_skel.harness import remove_netns
+
+        try:
+            if self.proc.poll() is None:
+                self.proc.stdin.write('{"op": "exit"}\n')
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+        remove_netns(self.ns)
+
+
+# --- configs -------------------------------------------------------------------------
+
+
+def net_conf(name: str, plugin: dict, prev: dict | None = None,
+             runtime: dict | None = None) -> dict:
+    """One plugin's config as libcni builds it from a conflist."""
+    conf = {"cniVersion": CNI_VERSION, "name": name, **plugin}
+    caps = plugin.get("capabilities") or {}
+    rc = {k: v for k, v in (runtime or {}).items() if caps.get(k)}
+    if rc:
+        conf["runtimeConfig"] = rc
+    if prev is not None:
+        conf["prevResult"] = prev
+    return conf
+
+
+def ipam(store: str, subnet: str) -> dict:
+    return {"type": "host-local", "dataDir": store, "ranges": [[{"subnet": subnet}]]}
+
+
+def chain(store: str) -> list[dict]:
+    return [
+        {"type": "bridge", "bridge": "cnbr0", "isGateway": True, "ipMasq": False,
+         "ipam": ipam(store, "10.88.0.0/16")},
+        # dataDir beside the IPAM store: never the node's real /run/cni/tuning
+        {"type": "tuning", "sysctl": {"net.core.somaxconn": "500"},
+         "dataDir": os.path.join(store, "tuning"), "capabilities": {"mac": True}},
+        {"type": "portmap", "snat": True, "capabilities": {"portMappings": True}},
+    ]
+
+
+def mappings(tcp: int, udp: int) -> list[dict]:
+    return [{"hostPort": tcp, "containerPort": 80, "protocol": "tcp"},
+            {"hostPort": udp, "containerPort": 53, "protocol": "udp"}]
+
+
+def fake_result(pod_path: str, ip: str) -> dict:
+    return {"cniVersion": CNI_VERSION,
+            "interfaces": [{"name": "eth0", "sandbox": pod_path}],
+            "ips": [{"address": ip, "interface": 0}]}
+
+
+# --- the benchmark ----------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.prof = QUICK if args.quick else FULL
+        if args.pods:
+            self.prof = Profile(**{**self.prof.__dict__, "pods": args.pods})
+        self.samples: list[dict] = []
+        self.errors: list[str] = []  # ours: fatal (exit 1)
+        self.ref_errors: list[str] = []  # the Go reference's own failures: reported only
+        self.modes: list[Mode] = []
+        self.skipped: dict[str, str] = {}
+        self.pods: list = []
+        self.results: dict = {}
+        self.work = tempfile.mkdtemp(prefix="cni-bench-")
+        self.spawn: str | None = None
+        self.log_fp = open(os.path.join(self.work, "agents.log"), "w")  # noqa: SIM115
+
+    # --- set-up / tear-down
+
+    def setup(self) -> None:
+        self.spawn = self.build_spawner()
+        for key in self.args.modes:
+            mode = MODES[key]()
+            try:
+                mode.install(self.work)
+            except ModeUnavailable as exc:
+                self.skipped[key] = str(exc)
+                log(f"mode {key} skipped: {exc}")
+                continue
+            mode.node = Node(key, self.spawn, self.log_fp)
+            self.modes.append(mode)
+        keys = [m.key for m in self.modes]
+        if "go" not in keys or "oneshot" not in keys:
+            raise SystemExit("bench needs modes go and oneshot (ratios are ours/Go)")
+
+    def build_spawner(self) -> str | None:
+        cc = shutil.which("cc") or shutil.which("gcc")
+        if not cc:
+            log("no C compiler: peak RSS is not measured (a Python parent's own RSS would "
+                "be reported); install gcc for it")
+            return None
+        out = os.path.join(self.work, "spawn")
+        subprocess.run([cc, "-O2", "-o", out, os.path.join(ROOT, "bench", "spawn.c")],
+                       check=True)
+        return out
+
+    def close(self) -> None:
+        from cni_skel.harness import remove_netns
+
+        for ns in self.pods:
+            try:
+                remove_netns(ns)
+            except Exception as exc:
+                log(f"cannot remove {ns.name}: {exc}")
+        self.pods.clear()
+        for mode in self.modes:
+            try:
+                mode.node.close()
+            finally:
+                mode.close()
+        self.log_fp.close()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def pod(self):
+        from cni_skel.harness import create_netns
+
+        ns = create_netns("cnbp")
+        self.pods.append(ns)
+        return ns
+
+    def drop_pod(self, ns) -> None:
+        from cni_skel.harness import remove_netns
+
+        remove_netns(ns)
+        self.pods.remove(ns)
+
+    def rotation(self, i: int, modes: list[Mode] | None = None) -> list[Mode]:
+        modes = modes or self.modes
+        k = i % len(modes)
+        return modes[k:] + modes[:k]
+
+    def store(self, mode: Mode, what: str) -> str:
+        return os.path.join(self.work, mode.key, what)
+
+    # --- one call
+
+    def env(self, mode: Mode, cmd: str, cid: str, netns: str, ifname: str) -> dict:
+        return {"PATH": PATH_ENV, "CNI_COMMAND": cmd, "CNI_CONTAINERID": cid,
+                "CNI_NETNS": netns, "CNI_IFNAME": ifname, "CNI_ARGS": "",
+                "CNI_PATH": mode.cni_path}
+
+    def call(self, mode: Mode, plugin: str, cmd: str, conf: dict, *, scenario: str,
+             cid: str = "", netns: str = "", ifname: str = "eth0", record: bool = True,
+             **tags) -> tuple[dict, dict | None]:
+        req = mode.request(plugin, self.env(mode, cmd, cid, netns, ifname), json.dumps(conf))
+        r = mode.node.request(req)
+        return self.record(mode, plugin, cmd, r, scenario, record, tags)
+
+    def record(self, mode: Mode, plugin: str, cmd: str, r: dict, scenario: str,
+               record: bool, tags: dict) -> tuple[dict, dict | None]:
+        s = {"scenario": scenario, "mode": mode.key, "plugin": plugin, "verb": cmd,
+             "wall": r["wall"], "cpu": r["cpu"], "rss": r["rss"], "code": r["code"], **tags}
+        if record:
+            self.samples.append(s)
+        doc = None
+        if r["code"] != 0:
+            sink = self.ref_errors if mode.key == "go" else self.errors
+            sink.append(f"{scenario} {mode.key} {plugin} {cmd} {tags}: exit {r['code']} "
+                        f"{r['out'].strip()[:300]} {r['err'].strip()[-300:]}")
+        elif r["out"].strip():
+            doc = json.loads(r["out"])
+        return s, doc
+
+    def sel(self, scenario: str, mode: str, plugin: str | None = None, verb: str | None = None,
+            key: str = "wall", **tags) -> list[float]:
+        return [s[key] for s in self.samples
+                if s["scenario"] == scenario and s["mode"] == mode and s["code"] == 0
+                and (plugin is None or s["plugin"] == plugin)
+                and (verb is None or s["verb"] == verb)
+                and all(s.get(k) == v for k, v in tags.items()) and s[key] is not None]
+
+    # --- scenarios
+
+    def version(self) -> None:
+        log(f"VERSION: {self.prof.version_samples} samples per plugin and mode")
+        for k in range(self.prof.version_samples):
+            for plugin in PLUGINS:
+                for mode in self.rotation(k):
+                    self.call(mode, plugin, "VERSION", {"cniVersion": CNI_VERSION},
+                              scenario="version")
+
+    def lifecycle(self) -> None:
+        n = self.prof.pods
+        log(f"pod lifecycle: {n} pods per mode, interleaved")
+        for i in range(n):
+            for idx, mode in enumerate(self.rotation(i)):
+                self.one_pod(mode, i, idx)
+
+    def one_pod(self, mode: Mode, i: int, idx: int) -> None:
+        sc = "lifecycle"
+        pod = self.pod()
+        cid = f"{mode.key}-life-{i}"
+        lo = {"cniVersion": CNI_VERSION, "name": "lo", "type": "loopback"}
+        plugins = chain(self.store(mode, "life-ipam"))
+        runtime = {"mac": f"0a:58:0a:{i // 256:02x}:{i % 256:02x}:{idx:02x}",
+                   "portMappings": mappings(8080, 8053)}
+        kw = {"scenario": sc, "cid": cid, "netns": pod.path, "pod": i}
+        _, lo_res = self.call(mode, "loopback", "ADD", lo, ifname="lo", **{**kw})
+        prev = None
+        done = []
+        for p in plugins:
+            _, doc = self.call(mode, p["type"], "ADD", net_conf("benchnet", p, prev, runtime),
+                               **kw)
+            if doc is None:
+                break
+            done.append(p)
+            prev = doc
+        if lo_res is not None:
+            self.call(mode, "loopback", "CHECK", {**lo, "prevResult": lo_res}, ifname="lo", **kw)
+        if len(done) == len(plugins):
+            for p in plugins:
+                self.call(mode, p["type"], "CHECK", net_conf("benchnet", p, prev, runtime), **kw)
+        for p in reversed(plugins):  # DEL every plugin, as libcni does
+            self.call(mode, p["type"], "DEL", net_conf("benchnet", p, prev, runtime), **kw)
+        self.call(mode, "loopback", "DEL", {**lo, **({"prevResult": lo_res} if lo_res else {})},
+                  ifname="lo", **kw)
+        self.drop_pod(pod)
+
+    def churn(self) -> None:
+        prof = self.prof
+        modes = [m for m in self.modes if m.per_process]
+        out = self.results.setdefault("churn", {})
+        for rnd, workers in enumerate(prof.churn_workers):
+            for mode in self.rotation(rnd, modes):
+                log(f"churn: {mode.key}, {workers} workers, {prof.churn_pods} pods")
+                out.setdefault(str(workers), {})[mode.key] = self.churn_round(mode, workers, rnd)
+
+    def churn_round(self, mode: Mode, workers: int, rnd: int) -> dict:
+        sc = "churn"
+        store = self.store(mode, f"churn-ipam-{workers}")
+        plugin = {"type": "bridge", "bridge": "cnch0", "isGateway": True, "ipMasq": False,
+                  "ipam": ipam(store, "10.77.0.0/24")}
+        pods = [self.pod() for _ in range(self.prof.churn_pods)]
+        before = mode.node.request({"op": "inspect"})
+        errors0 = len(self.errors)
+
+        def reqs(cmd: str, prevs: list | None) -> list[dict]:
+            return [mode.request("bridge",
+                                 self.env(mode, cmd, f"{mode.key}-ch{workers}-{i}", p.path, "eth0"),
+                                 json.dumps(net_conf("churnnet", plugin,
+                                                     prevs[i] if prevs else None)))
+                    for i, p in enumerate(pods)]
+
+        tags = {"workers": workers}
+        add = mode.node.request({"op": "batch", "workers": workers, "calls": reqs("ADD", None)})
+        results = [self.record(mode, "bridge", "ADD", r, sc, True, tags)[1]
+                   for r in add["results"]]
+        ips = [ip["address"].split("/")[0] for doc in results if doc for ip in doc["ips"]]
+        live = mode.node.request({"op": "inspect", "store": os.path.join(store, "churnnet"),
+                                  "bridge": "cnch0"})
+        dups = len(ips) - len(set(ips))
+        if len(live["ips"]) != len(set(ips)) or len(live["ports"]) != len(ips):
+            dups += abs(len(live["ips"]) - len(set(ips)))
+        dele = mode.node.request({"op": "batch", "workers": workers,
+                                  "calls": reqs("DEL", results)})
+        for r in dele["results"]:
+            self.record(mode, "bridge", "DEL", r, sc, True, tags)
+        after = mode.node.request({"op": "inspect", "store": os.path.join(store, "churnnet"),
+                                   "bridge": "cnch0"})
+        leaks = sorted(set(after["veths"]) - set(before["veths"])) + after["ports"] + after["ips"]
+        for p in pods:
+            self.drop_pod(p)
+        n = len(pods)
+        cpu = sum(r["cpu"] for r in add["results"] + dele["results"])
+        return {"pods": n, "seconds": add["wall"] + dele["wall"],
+                "pods_per_s": n / (add["wall"] + dele["wall"]), "cpu_per_pod": cpu / n,
+                "errors": len(self.errors) - errors0, "duplicates": dups, "leaks": leaks}
+
+    def scale_host_local(self) -> None:
+        sc = "scale-hl"
+        pod = self.pod()
+        filled = 0
+        for lvl in self.prof.hl_levels:
+            log(f"scale: host-local with {lvl} allocations")
+            for mode in self.modes:
+                self.fill_store(self.store(mode, "scale-ipam"), filled, lvl)
+            filled = lvl
+            for k in range(self.prof.scale_samples):
+                for mode in self.rotation(k):
+                    conf = net_conf("scalenet", {"type": "bridge", "ipam": ipam(
+                        self.store(mode, "scale-ipam"), "10.99.0.0/16")})
+                    cid = f"{mode.key}-hl-{lvl}-{k}"
+                    kw = {"scenario": sc, "netns": pod.path, "level": lvl}
+                    self.call(mode, "host-local", "ADD", conf, cid=cid, **kw)
+                    self.call(mode, "host-local", "CHECK", conf, cid=cid, **kw)
+                    self.call(mode, "host-local", "DEL", conf, cid=cid, **kw)
+                    _, _ = self.call(mode, "host-local", "DEL", conf, cid=f"unknown-{k}",
+                                     **{**kw, "unknown": True})
+        self.drop_pod(pod)
+
+    @staticmethod
+    def fill_store(store: str, start: int, stop: int) -> None:
+        """Go's on-disk format: <dataDir>/<net>/<ip> holding "<cid>\\r\\n<ifname>"."""
+        d = os.path.join(store, "scalenet")
+        os.makedirs(d, exist_ok=True)
+        base = ipaddress.ip_address("10.99.0.2")
+        for i in range(start, stop):
+            with open(os.path.join(d, str(base + i)), "w") as fp:
+                fp.write(f"fill-{i}\r\neth0")
+        if stop:
+            with open(os.path.join(d, "last_reserved_ip.0"), "w") as fp:
+                fp.write(str(base + stop - 1))
+
+    def scale_portmap(self) -> None:
+        sc = "scale-pm"
+        pod = self.pod()
+        conf_pm = {"type": "portmap", "snat": True, "capabilities": {"portMappings": True}}
+        filled = 0
+        for lvl in self.prof.pm_levels:
+            log(f"scale: portmap with {lvl} other pods' mappings (filling {lvl - filled})")
+            for mode in self.modes:
+                self.fill_portmap(mode, pod.path, conf_pm, filled, lvl)
+            filled = lvl
+            for k in range(self.prof.scale_samples):
+                for mode in self.rotation(k):
+                    conf = net_conf("benchnet", conf_pm,
+                                    fake_result(pod.path, "10.66.255.2/16"),
+                                    {"portMappings": mappings(9080, 9053)})
+                    kw = {"scenario": sc, "netns": pod.path, "level": lvl,
+                          "cid": f"{mode.key}-pm-{lvl}-{k}"}
+                    for verb in ("ADD", "CHECK", "DEL"):
+                        self.call(mode, "portmap", verb, conf, **kw)
+        self.drop_pod(pod)
+
+    def fill_portmap(self, mode: Mode, pod_path: str, conf_pm: dict, start: int,
+                     stop: int) -> None:
+        def req(j: int) -> dict:
+            ip = f"10.66.{j // 250}.{j % 250 + 2}/16"
+            conf = net_conf("benchnet", conf_pm, fake_result(pod_path, ip),
+                            {"portMappings": mappings(20000 + j, 40000 + j)})
+            return mode.request("portmap", self.env(mode, "ADD", f"pmfill-{j}", pod_path, "eth0"),
+                                json.dumps(conf))
+
+        if start == 0 and stop > 0:  # the first one alone: it creates the chains/tables
+            r = mode.node.request(req(0))
+            self.record(mode, "portmap", "ADD", r, "scale-pm-fill", False, {})
+            start = 1
+        if stop > start:
+            out = mode.node.request({"op": "batch", "workers": self.prof.fill_workers,
+                                     "calls": [req(j) for j in range(start, stop)]})
+            for r in out["results"]:
+                self.record(mode, "portmap", "ADD", r, "scale-pm-fill", False, {})
+
+    def profile(self) -> None:
+        """Where one bridge ADD / DEL of ours spends its time: interpreter start,
+        imports (-X importtime), the rest is work."""
+        log("profile: bridge ADD/DEL with -X importtime")
+        mode = next(m for m in self.modes if m.key == "oneshot")
+        py = sys.executable
+        env = self.env(mode, "VERSION", "", "", "eth0")
+        bare = [mode.node.request({"op": "exec", "argv": [py, "-I", "-c", "pass"], "env": env})
+                for _ in range(5)]
+        bare_imp = mode.node.request({"op": "exec", "argv": [py, "-I", "-X", "importtime", "-c",
+                                                             "pass"], "env": env, "full_err": 1})
+        interp = med([r["wall"] for r in bare])
+        base_imports = importtime(bare_imp["err"])
+        pod = self.pod()
+        plugin = chain(self.store(mode, "prof-ipam"))[0]
+        out = {"interpreter": interp, "verbs": {}}
+        prev = None
+        for verb in ("ADD", "DEL"):
+            conf = net_conf("benchnet", plugin, prev)
+            req = {"op": "exec", "argv": [py, "-I", "-X", "importtime",
+                                          os.path.join(mode.bin_dir, "bridge")],
+                   "env": self.env(mode, verb, "prof-0", pod.path, "eth0"),
+                   "stdin": json.dumps(conf), "full_err": 1}
+            r = mode.node.request(req)
+            _, doc = self.record(mode, "bridge", verb, r, "profile", False, {})
+            if verb == "ADD":
+                prev = doc
+            imports = importtime(r["err"])
+            every = importtime(r["err"], nested=True)
+            heavy = {k: every[k] for k in ("pydantic", "pydantic_core", "pyroute2", "nftables",
+                                           "click", "typing", "ipaddress", "json")
+                     if k in every and k not in base_imports}
+            plugin_imports = {k: v for k, v in imports.items() if k not in base_imports}
+            imp_total = sum(plugin_imports.values())
+            inproc = self.sel("lifecycle", "inproc", "bridge", verb) if any(
+                m.key == "inproc" for m in self.modes) else []
+            out["verbs"][verb] = {
+                "wall": r["wall"], "imports": imp_total,
+                "work": r["wall"] - interp - imp_total,
+                "inproc_work": med(inproc),
+                "top_imports": sorted(plugin_imports.items(), key=lambda kv: -kv[1])[:5],
+                "packages": sorted(heavy.items(), key=lambda kv: -kv[1])}
+        self.drop_pod(pod)
+        self.results["profile"] = out
+
+    # --- report
+
+    def run(self) -> int:
+        t0 = time.monotonic()
+        self.setup()
+        self.version()
+        self.lifecycle()
+        self.churn()
+        self.scale_host_local()
+        self.scale_portmap()
+        self.profile()
+        self.results["seconds"] = time.monotonic() - t0
+        return self.report()
+
+    def report(self) -> int:
+        lines: list[str] = []
+        w = lines.append
+        prof = self.prof
+        extra = [m.key for m in self.modes if m.key not in ("go", "oneshot")]
+        w(f"# cni-skel benchmark ({prof.name})\n")
+        w(f"{time.strftime('%Y-%m-%d %H:%M:%S')}, {platform.node()}, Linux {platform.release()}, "
+          f"Python {platform.python_version()}, {os.cpu_count()} CPUs. Modes: "
+          + ", ".join(f"`{m.key}` ({m.label})" for m in self.modes)
+          + (". Skipped: " + "; ".join(f"`{k}`: {v}" for k, v in self.skipped.items())
+             if self.skipped else "")
+          + f". Calls interleaved per sample with the mode order rotated; wall and CPU in ms, "
+          f"peak RSS in MiB (wait4 of the plugin process tree). Ratio = ours/Go of medians. "
+          f"Took {self.results['seconds']:.0f} s.\n")
+
+        # VERSION
+        w(f"## VERSION (start-up), {prof.version_samples} samples\n")
+        w("| plugin | Go ms med (p95) | ours ms med (p95) | ours/Go | Go RSS | ours RSS |"
+          + "".join(f" {e} ms |" for e in extra))
+        w("|---" * (6 + len(extra)) + "|")
+        for p in PLUGINS:
+            g, o = self.sel("version", "go", p), self.sel("version", "oneshot", p)
+            gr, orr = (self.sel("version", m, p, key="rss") for m in ("go", "oneshot"))
+            w(f"| {p} | {ms(med(g))} ({ms(p95(g))}) | {ms(med(o))} ({ms(p95(o))}) "
+              f"| {rx(ratio(med(o), med(g)))} | {mib(med(gr))} | {mib(med(orr))} |"
+              + "".join(f" {ms(med(self.sel('version', e, p)), 2)} |" for e in extra))
+
+        # lifecycle
+        w(f"\n## Pod lifecycle, {prof.pods} pods sequential\n")
+        w("loopback ADD; bridge(+host-local) -> tuning (sysctl + MAC) -> portmap (tcp + udp) "
+          "ADD with prevResult; CHECK each; DEL in reverse. Chain rows sum the plugins of one "
+          "pod (loopback included).\n")
+        hdr = ("| plugin verb | Go ms med (p95) | ours ms med (p95) | ours/Go | Go CPU | ours CPU "
+               "| CPU ours/Go | Go RSS | ours RSS |")
+        w(hdr + "".join(f" {e} ms | {e}/Go |" for e in extra))
+        w("|---" * (9 + 2 * len(extra)) + "|")
+        chains = self.chain_totals()
+        for verb in ("ADD", "CHECK", "DEL"):
+            for p in ("loopback", "bridge", "tuning", "portmap"):
+                self.row(w, f"{p} {verb}", {
+                    m.key: (self.sel("lifecycle", m.key, p, verb),
+                            self.sel("lifecycle", m.key, p, verb, "cpu"),
+                            self.sel("lifecycle", m.key, p, verb, "rss"))
+                    for m in self.modes}, extra)
+            self.row(w, f"**{verb} chain**", {k: v[verb] for k, v in chains.items()}, extra)
+        self.row(w, "**pod total**", {k: v["total"] for k, v in chains.items()}, extra)
+
+        # churn
+        w(f"\n## Churn: {prof.churn_pods} pods per round, bridge + one host-local range\n")
+        w("All pods ADDed by N workers, duplicates checked while all are live, then DELed; "
+          "leaks = veths, bridge ports or IP files left.\n")
+        w("| workers | mode | pods/s | vs Go | CPU/pod ms | vs Go | errors | duplicates | leaks |")
+        w("|---|---|---|---|---|---|---|---|---|")
+        for wk, res in self.results.get("churn", {}).items():
+            g = res.get("go", {})
+            for m, o in sorted(res.items(), key=lambda kv: kv[0] != "go"):
+                w(f"| {wk} | {m} | {o['pods_per_s']:.1f} "
+                  f"| {rx(ratio(o['pods_per_s'], g.get('pods_per_s')))} "
+                  f"| {ms(o['cpu_per_pod'])} | {rx(ratio(o['cpu_per_pod'], g.get('cpu_per_pod')))} "
+                  f"| {o['errors']} | {o['duplicates']} | {len(o['leaks'])} |")
+
+        # scale
+        w(f"\n## Scale: host-local in a /16 ({prof.scale_samples} samples per level)\n")
+        w("| verb @ allocations | Go ms med | ours ms med | ours/Go | Go vs its 0 "
+          "| ours vs its 0 |" + "".join(f" {e} ms |" for e in extra))
+        w("|---" * (6 + len(extra)) + "|")
+        for label, verb, tags in (("ADD", "ADD", {}), ("CHECK", "CHECK", {}),
+                                  ("DEL", "DEL", {"unknown": None}),
+                                  ("DEL unknown ID", "DEL", {"unknown": True})):
+            for lvl in prof.hl_levels:
+                g = med(self.sel("scale-hl", "go", "host-local", verb, level=lvl, **tags))
+                o = med(self.sel("scale-hl", "oneshot", "host-local", verb, level=lvl, **tags))
+                g0 = med(self.sel("scale-hl", "go", "host-local", verb, level=0, **tags))
+                o0 = med(self.sel("scale-hl", "oneshot", "host-local", verb, level=0, **tags))
+                w(f"| {label} @ {lvl:,} | {ms(g)} | {ms(o)} | {rx(ratio(o, g))} "
+                  f"| {rx(ratio(g, g0))} | {rx(ratio(o, o0))} |" + "".join(
+                      f" {ms(med(self.sel('scale-hl', e, 'host-local', verb, **tags, level=lvl)))}"
+                      " |" for e in extra))
+        w(f"\n## Scale: portmap with other pods' mappings ({prof.scale_samples} samples)\n")
+        w("| verb @ pods | Go ms med | ours ms med | ours/Go | Go vs its 0 | ours vs its 0 |"
+          + "".join(f" {e} ms |" for e in extra))
+        w("|---" * (6 + len(extra)) + "|")
+        for verb in ("ADD", "CHECK", "DEL"):
+            for lvl in prof.pm_levels:
+                g = med(self.sel("scale-pm", "go", "portmap", verb, level=lvl))
+                o = med(self.sel("scale-pm", "oneshot", "portmap", verb, level=lvl))
+                g0 = med(self.sel("scale-pm", "go", "portmap", verb, level=0))
+                o0 = med(self.sel("scale-pm", "oneshot", "portmap", verb, level=0))
+                w(f"| {verb} @ {lvl:,} | {ms(g)} | {ms(o)} | {rx(ratio(o, g))} "
+                  f"| {rx(ratio(g, g0))} | {rx(ratio(o, o0))} |" + "".join(
+                      f" {ms(med(self.sel('scale-pm', e, 'portmap', verb, level=lvl)))} |"
+                      for e in extra))
+
+        # profile
+        pr = self.results.get("profile")
+        if pr:
+            w("\n## Where the time goes: one bridge call of ours (one-shot, -X importtime)\n")
+            w("| verb | wall ms | interpreter start | imports | work | work in-process (median) "
+              "| heaviest top-level imports (ms) | of which packages (ms) |")
+            w("|---|---|---|---|---|---|---|---|")
+            for verb, v in pr["verbs"].items():
+                top = ", ".join(f"{k} {t * 1000:.1f}" for k, t in v["top_imports"])
+                pk = ", ".join(f"{k} {t * 1000:.1f}" for k, t in v["packages"])
+                w(f"| {verb} | {ms(v['wall'])} | {ms(pr['interpreter'])} | {ms(v['imports'])} "
+                  f"| {ms(v['work'])} | {ms(v['inproc_work'])} | {top} | {pk} |")
+            w("\n-X importtime inflates imports somewhat; the work column includes the "
+              "host-local delegate process (its own interpreter start and imports).")
+
+        budgets = self.budgets(chains)
+        w("\n## Budgets\n")
+        w("| budget | measured | result |")
+        w("|---|---|---|")
+        for name, measured, ok in budgets:
+            w(f"| {name} | {measured} | {'PASS' if ok else ('FAIL' if ok is False else 'n/a')} |")
+
+        churn = self.results.get("churn", {})
+        bad = [f"{wk}w {m}: {r['errors']} errors, {r['duplicates']} dups, {len(r['leaks'])} leaks"
+               for wk, res in churn.items() for m, r in res.items()
+               if m != "go" and (r["errors"] or r["duplicates"] or r["leaks"])]
+        for title, errs in (("Errors (ours)", self.errors),
+                            ("Failures of the Go reference (reported, not fatal; e.g. Go 1.1.1 "
+                             "portmap CHECK wants an IPv6 DNAT chain for an IPv4-only pod)",
+                             self.ref_errors)):
+            if errs:
+                w(f"\n## {title}: {len(errs)}\n")
+                for e in errs[:20]:
+                    w("- `" + " ".join(e.split())[:400] + "`")
+        passed = sum(1 for _, _, ok in budgets if ok)
+        judged = sum(1 for _, _, ok in budgets if ok is not None)
+        cg, co = chains["go"], chains["oneshot"]
+        churn_txt = " ".join(
+            f"{wk}w {res.get('oneshot', {}).get('pods_per_s', 0):.1f}/"
+            f"{res.get('go', {}).get('pods_per_s', 0):.1f}" for wk, res in churn.items())
+        status = "ok" if not self.errors and not bad else "FAILED"
+        add_r = rx(ratio(med(co["ADD"][0]), med(cg["ADD"][0])))
+        del_r = rx(ratio(med(co["DEL"][0]), med(cg["DEL"][0])))
+        summary = (f"bench {prof.name} {status}: ADD chain {add_r} Go, DEL chain {del_r}, "
+                   f"pod {ms(med(co['total'][0]), 0)}/{ms(med(cg['total'][0]), 0)} ms, "
+                   f"churn pods/s ours/Go {churn_txt}, budgets {passed}/{judged} pass, "
+                   f"errors {len(self.errors)} (Go {len(self.ref_errors)}), "
+                   f"dup+leak issues {len(bad)}")
+        text = "\n".join(lines) + "\n"
+        os.makedirs(self.args.out, exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        md = os.path.join(self.args.out, f"bench-{prof.name}-{stamp}.md")
+        js = os.path.join(self.args.out, f"bench-{prof.name}-{stamp}.json")
+        with open(md, "w") as fp:
+            fp.write(text + "\n" + summary + "\n")
+        with open(js, "w") as fp:
+            json.dump({"profile": prof.__dict__, "modes": [m.key for m in self.modes],
+                       "skipped": self.skipped, "results": self.results,
+                       "budgets": budgets, "errors": self.errors,
+                       "go_errors": self.ref_errors, "summary": summary,
+                       "samples": self.samples}, fp, indent=1)
+        print(text)
+        print(f"results: {md}\n         {js}\n")
+        print(summary, flush=True)
+        return 1 if self.errors or bad else 0
+
+    def chain_totals(self) -> dict:
+        """Per mode and verb: per-pod sums (wall list, cpu list, rss max list)."""
+        out: dict = {}
+        for m in (m.key for m in self.modes):
+            per: dict = {}
+            for s in self.samples:
+                if s["scenario"] == "lifecycle" and s["mode"] == m and s["code"] == 0:
+                    d = per.setdefault((s["pod"], s["verb"]), [0.0, 0.0, 0])
+                    d[0] += s["wall"]
+                    d[1] += s["cpu"]
+                    d[2] = max(d[2], s["rss"] or 0)
+            res: dict = {}
+            for verb in ("ADD", "CHECK", "DEL"):
+                vals = [v for (_, vb), v in per.items() if vb == verb]
+                res[verb] = ([v[0] for v in vals], [v[1] for v in vals],
+                             [v[2] for v in vals if v[2]])
+            pods: dict = {}
+            for (pod, _), v in per.items():
+                t = pods.setdefault(pod, [0.0, 0.0, 0])
+                t[0] += v[0]
+                t[1] += v[1]
+                t[2] = max(t[2], v[2])
+            res["total"] = ([v[0] for v in pods.values()], [v[1] for v in pods.values()],
+                            [v[2] for v in pods.values() if v[2]])
+            out[m] = res
+        return out
+
+    @staticmethod
+    def row(w, label: str, data: dict, extra: list[str]) -> None:
+        (gw, gc, gr), (ow, oc, orr) = data["go"], data["oneshot"]
+        line = (f"| {label} | {ms(med(gw))} ({ms(p95(gw))}) | {ms(med(ow))} ({ms(p95(ow))}) "
+                f"| {rx(ratio(med(ow), med(gw)))} | {ms(med(gc))} | {ms(med(oc))} "
+                f"| {rx(ratio(med(oc), med(gc)))} | {mib(med(gr))} | {mib(med(orr))} |")
+        for e in extra:
+            ew = data[e][0]
+            line += f" {ms(med(ew))} | {rx(ratio(med(ew), med(gw)))} |"
+        w(line)
+
+    def budgets(self, chains: dict) -> list[tuple[str, str, bool | None]]:
+        b: list[tuple[str, str, bool | None]] = []
+        vw = {p: med(self.sel("version", "oneshot", p)) for p in PLUGINS}
+        vr = {p: med(self.sel("version", "oneshot", p, key="rss")) for p in PLUGINS}
+        worst = max(vw, key=lambda p: vw[p] or 0)
+        b.append(("VERSION median <= 25 ms, every plugin", f"max {ms(vw[worst])} ms ({worst})",
+                  all(v is not None and v <= 0.025 for v in vw.values())))
+        if all(v is not None for v in vr.values()):
+            worst = max(vr, key=lambda p: vr[p])
+            b.append(("VERSION peak RSS <= 30 MiB, every plugin",
+                      f"max {mib(vr[worst])} MiB ({worst})",
+                      all(v <= 30 * MiB for v in vr.values())))
+        else:
+            b.append(("VERSION peak RSS <= 30 MiB, every plugin", "not measured (no cc)", None))
+        hl = med(self.sel("scale-hl", "oneshot", "host-local", "ADD", level=0))
+        b.append(("host-local ADD <= 60 ms", f"{ms(hl)} ms", hl is not None and hl <= 0.060))
+        pg = med(self.sel("lifecycle", "go", "portmap", "DEL"))
+        po = med(self.sel("lifecycle", "oneshot", "portmap", "DEL"))
+        r = ratio(po, pg)
+        b.append(("portmap DEL <= 1.0x Go", f"{ms(po)} / {ms(pg)} ms = {rx(r)}",
+                  r is not None and r <= 1.0))
+        b.append(("one nftables transaction per call", "not measured here (tests/test_nft.py)",
+                  None))
+        for verb, lim in (("DEL", 2.0), ("ADD", 5.0)):
+            g, o = med(chains["go"][verb][0]), med(chains["oneshot"][verb][0])
+            r = ratio(o, g)
+            b.append((f"{verb} chain <= {lim:g}x Go (one-shot)",
+                      f"{ms(o)} / {ms(g)} ms = {rx(r)}", r is not None and r <= lim))
+        top = self.prof.hl_levels[-1]
+        for verb, tags in (("ADD", {}), ("CHECK", {}), ("DEL", {"unknown": None}),
+                           ("DEL", {"unknown": True})):
+            a = med(self.sel("scale-hl", "oneshot", "host-local", verb, level=0, **tags))
+            z = med(self.sel("scale-hl", "oneshot", "host-local", verb, level=top, **tags))
+            r = ratio(z, a)
+            name = verb + (" unknown ID" if tags.get("unknown") else "")
+            b.append((f"host-local {name} at {top:,} <= 1.5x at 0",
+                      f"{ms(z)} / {ms(a)} ms = {rx(r)}", r is not None and r <= 1.5))
+        top = self.prof.pm_levels[-1]
+        for verb in ("ADD", "DEL"):
+            a = med(self.sel("scale-pm", "oneshot", "portmap", verb, level=0))
+            z = med(self.sel("scale-pm", "oneshot", "portmap", verb, level=top))
+            r = ratio(z, a)
+            b.append((f"portmap {verb} at {top:,} pods <= 1.2x at 0",
+                      f"{ms(z)} / {ms(a)} ms = {rx(r)}", r is not None and r <= 1.2))
+        for wk, res in self.results.get("churn", {}).items():
+            o = res.get("oneshot", {})
+            g = res.get("go", {})
+            ok = not (o.get("errors") or o.get("duplicates") or o.get("leaks"))
+            b.append((f"churn {wk} workers: 0 errors, 0 duplicates, 0 leaks",
+                      f"{o.get('errors')}/{o.get('duplicates')}/{len(o.get('leaks', []))}; "
+                      f"{o.get('pods_per_s', 0):.1f} vs Go {g.get('pods_per_s', 0):.1f} pods/s, "
+                      f"CPU/pod {ms(o.get('cpu_per_pod'))} vs {ms(g.get('cpu_per_pod'))} ms",
+                      ok))
+        return b
+
+
+def importtime(stderr: str, nested: bool = False) -> dict[str, float]:
+    """Top-level modules of a -X importtime trace -> cumulative seconds
+    (``nested``: every module, where it was first imported)."""
+    out: dict[str, float] = {}
+    for line in stderr.splitlines():
+        if not line.startswith("import time:") or "imported package" in line:
+            continue
+        parts = line.split("|")
+        if len(parts) != 3:
+            continue
+        name = parts[2]
+        if name.startswith("  ") and not nested:  # counted in its parent's cumulative
+            continue
+        if nested and name.strip() in out:
+            continue
+        try:
+            out[name.strip()] = out.get(name.strip(), 0.0) + int(parts[1]) / 1e6
+        except ValueError:
+            continue
+    return out
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true",
+                    help="CI smoke size (< 60 s): 2 pods, one small churn round, scale at 0 and "
+                         "1,000 allocations / 0 and 20 portmap pods")
+    ap.add_argument("--modes", default="go,oneshot,inproc,warm",
+                    help="comma list of: " + ", ".join(MODES) + " (default: all; a mode that "
+                         "cannot run here is skipped with the reason)")
+    ap.add_argument("--pods", type=int, default=0, help="pods in the lifecycle run")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"),
+                    help="results directory (default bench/results)")
+    args = ap.parse_args(argv)
+    args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = [m for m in args.modes if m not in MODES]
+    if unknown:
+        ap.error(f"unknown mode(s): {', '.join(unknown)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench needs root (network namespaces)", file=sys.stderr)
+        return 2
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    bench = Bench(args)
+    try:
+        return bench.run()
+    except KeyboardInterrupt:
+        log("interrupted; cleaning up")
+        return 130
+    finally:
+        bench.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

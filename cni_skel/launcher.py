@@ -1,0 +1,457 @@
+"""The thin client an installed plugin executable runs (warm worker mode).
+
+Each executable ``cni-skel install`` writes is ``#!<python> -IS`` plus a few
+lines that load this file (its cached bytecode via ``marshal`` when fresh)
+into a fresh namespace and call ``launch(...)`` with the plugin's ref and the
+values baked in at install time. It imports nothing beyond ``os``, ``sys``
+and ``_socket`` (already loaded, or a C module): ``site``, ``socket`` (enum)
+and ``json`` would cost 8-13 ms each on every call.
+
+* VERSION is answered here, from the versions baked in at install time, with
+  the same bytes as the plugin's skel (``cni_skel.skel._version_answer``).
+* Any other verb connects to the worker's unix socket (``CNI_SKEL_WORKER_SOCKET``
+  or the path baked in; default ``/run/cni-skel/worker.sock``), sends the
+  request with this process's netns, mount ns and stderr as fds (SCM_RIGHTS)
+  and relays the answer: stdout, exit code.
+* No worker (no socket, connection refused), or an answer meaning "not run"
+  (unknown plugin, refused, bad request): the plugin runs in this process
+  exactly as a one-shot executable does (``run_plugin_main``).
+* The worker went away after taking the request (EOF, timeout): spec error
+  11 (try again later) on stdout, exit 1; we never guess whether it ran.
+
+Wire format (all integers unsigned 32-bit big-endian), one request per
+connection:
+
+    request: b"CSKQ" len  then fields, each  len bytes:
+             kind (b"run"/b"ping"), ref, pythonpath (NUL-joined), cwd,
+             umask (decimal), environment (NUL-joined K=V), stdin
+             ancillary on the first byte: fds [netns, mntns, stderr]
+    reply:   b"CSKR" status(1 byte) exit_code len  then stdout bytes
+             status: 0 done, 1 unknown plugin, 2 refused, 3 bad request, 4 pong
+"""
+
+import os
+import sys
+
+DEFAULT_SOCKET = "/run/cni-skel/worker.sock"
+SOCKET_ENV = "CNI_SKEL_WORKER_SOCKET"
+REQUEST_MAGIC = b"CSKQ"
+REPLY_MAGIC = b"CSKR"
+ST_DONE, ST_UNKNOWN, ST_REFUSED, ST_BAD, ST_PONG = 0, 1, 2, 3, 4
+REPLY_HEADER = 13  # magic, status, exit code, length
+#: Seconds to wait for the answer; runtimes enforce their own, shorter deadline.
+REPLY_TIMEOUT = 600.0
+_ERR_TRY_AGAIN_LATER = 11
+
+
+class WorkerGone(Exception):
+    """The worker took the request but no complete answer came back."""
+
+
+class _NotRun(Exception):
+    """The worker certainly did not run the request (safe to run it here)."""
+
+
+def _u32(n):
+    return n.to_bytes(4, "big")
+
+
+def encode_request(fields):
+    """``fields`` (list of bytes) -> one framed request message (bytes)."""
+    body = b"".join(_u32(len(f)) + f for f in fields)
+    return REQUEST_MAGIC + _u32(len(body)) + body
+
+
+def decode_fields(body):
+    """The inverse of the field part of `encode_request`; ValueError if malformed."""
+    fields, i = [], 0
+    while i < len(body):
+        if i + 4 > len(body):
+            raise ValueError("truncated field length")
+        n = int.from_bytes(body[i:i + 4], "big")
+        i += 4
+        if i + n > len(body):
+            raise ValueError("truncated field")
+        fields.append(body[i:i + n])
+        i += n
+    return fields
+
+
+def encode_reply(status, exit_code=0, stdout=b""):
+    """One framed reply message (bytes)."""
+    return REPLY_MAGIC + bytes([status]) + _u32(exit_code & 0xFFFFFFFF) + _u32(len(stdout)) \
+        + stdout
+
+
+def connect(path, timeout=REPLY_TIMEOUT):
+    """A connected ``_socket.socket`` to the worker at ``path``; raises OSError."""
+    import _socket
+
+    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
+    try:
+        s.settimeout(timeout)
+        s.connect(path)
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
+def send_request(sock, message, fds=()):
+    """Send ``message``, passing ``fds`` with its first bytes (SCM_RIGHTS)."""
+    import _socket
+
+    anc = []
+    if fds:
+        anc = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
+                b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))]
+    sent = sock.sendmsg([message], anc)
+    while sent < len(message):
+        sent += sock.send(message[sent:])
+
+
+def _recv_exact(sock, n, got_any):
+    chunks, have = [], 0
+    while have < n:
+        try:
+            chunk = sock.recv(min(n - have, 1 << 20))
+        except ConnectionResetError:
+            # Unix sockets reset only when the server closed without reading
+            # all we sent (or never accepted): the request cannot have run.
+            if got_any or have:
+                raise WorkerGone("connection reset in the middle of the answer") from None
+            raise _NotRun("connection reset before the request was read") from None
+        except TimeoutError:
+            raise WorkerGone(f"no answer within {sock.gettimeout():.0f} s") from None
+        except OSError as exc:
+            raise WorkerGone(f"reading the answer failed: {exc}") from None
+        if not chunk:
+            raise WorkerGone("the worker closed the connection without an answer")
+        chunks.append(chunk)
+        have += len(chunk)
+    return b"".join(chunks)
+
+
+def read_reply(sock):
+    """``(status, exit_code, stdout)`` from the worker.
+
+    Raises:
+        WorkerGone: EOF, timeout or garbage after the request was taken.
+        _NotRun: connection reset before the worker read the request.
+    """
+    head = _recv_exact(sock, REPLY_HEADER, False)
+    if head[:4] != REPLY_MAGIC:
+        raise WorkerGone(f"not a cni-skel worker answer: {head[:4]!r}")
+    length = int.from_bytes(head[9:13], "big")
+    body = _recv_exact(sock, length, True) if length else b""
+    return head[4], int.from_bytes(head[5:9], "big"), body
+
+
+def ping(path, timeout=5.0):
+    """Ask the worker at ``path`` whether it serves: ``(True, its description)``
+    or ``(False, why not)``."""
+    try:
+        sock = connect(path, timeout)
+    except OSError as exc:
+        return False, f"cannot connect: {exc.strerror or exc}"
+    try:
+        send_request(sock, encode_request([b"ping"]))
+        status, _, body = read_reply(sock)
+    except (OSError, WorkerGone, _NotRun) as exc:
+        return False, str(exc)
+    finally:
+        sock.close()
+    if status == ST_PONG:
+        return True, body.decode("utf-8", "replace")
+    if status == ST_REFUSED:
+        return False, "refused: " + body.decode("utf-8", "replace")
+    return False, f"unexpected answer status {status}"
+
+
+# --------------------------------------------------------------------------
+# VERSION and errors without the json module (it costs ~8 ms to import)
+
+class _Slow(Exception):
+    """Input the small parser leaves to the json module (escapes, non-ASCII)."""
+
+
+_WS = b" \t\n\r"
+_DIGITS = b"0123456789"
+
+
+def _ws(b, i):
+    while i < len(b) and b[i] in _WS:
+        i += 1
+    return i
+
+
+def _value(b, i):
+    """Parse one JSON value at ``b[i]`` (json.loads' grammar, ASCII input
+    without backslashes); returns (value, next index). Numbers come back as None."""
+    if i >= len(b):
+        raise ValueError("expecting value")
+    c = b[i]
+    if c == 0x22:  # "
+        j = i + 1
+        while j < len(b) and b[j] != 0x22:
+            if b[j] < 0x20:
+                raise ValueError("control character in string")
+            j += 1
+        if j >= len(b):
+            raise ValueError("unterminated string")
+        return b[i + 1:j].decode("ascii"), j + 1
+    if c == 0x7B or c == 0x5B:  # { [
+        is_obj, out, i = c == 0x7B, ({} if c == 0x7B else []), _ws(b, i + 1)
+        close = 0x7D if is_obj else 0x5D
+        if i < len(b) and b[i] == close:
+            return out, i + 1
+        while True:
+            if is_obj:
+                if i >= len(b) or b[i] != 0x22:
+                    raise ValueError("expecting property name")
+                key, i = _value(b, i)
+                i = _ws(b, i)
+                if i >= len(b) or b[i] != 0x3A:
+                    raise ValueError("expecting ':'")
+                val, i = _value(b, _ws(b, i + 1))
+                out[key] = val
+            else:
+                val, i = _value(b, i)
+                out.append(val)
+            i = _ws(b, i)
+            if i < len(b) and b[i] == close:
+                return out, i + 1
+            if i >= len(b) or b[i] != 0x2C:
+                raise ValueError("expecting ',' delimiter")
+            i = _ws(b, i + 1)
+    for lit, val in ((b"null", None), (b"true", True), (b"false", False),
+                     (b"NaN", None), (b"Infinity", None), (b"-Infinity", None)):
+        if b.startswith(lit, i):
+            return val, i + len(lit)
+    j = i + 1 if c == 0x2D else i  # -?(0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?
+    if j >= len(b) or b[j] not in _DIGITS:
+        raise ValueError("expecting value")
+    j = j + 1 if b[j] == 0x30 else _digits(b, j)
+    if j < len(b) and b[j] == 0x2E and j + 1 < len(b) and b[j + 1] in _DIGITS:
+        j = _digits(b, j + 1)
+    if j < len(b) and b[j] in b"eE":
+        k = j + 1 + (j + 1 < len(b) and b[j + 1] in b"+-")
+        if k < len(b) and b[k] in _DIGITS:
+            j = _digits(b, k)
+    return None, j
+
+
+def _digits(b, j):
+    while j < len(b) and b[j] in _DIGITS:
+        j += 1
+    return j
+
+
+def loads_light(data):
+    """``json.loads(data)`` for bytes, exact where it answers; numbers are None.
+
+    Raises:
+        ValueError: not one JSON document (as json.loads would).
+        _Slow: escapes, non-ASCII or NUL bytes: use the json module.
+    """
+    if b"\\" in data or not data.isascii() or b"\x00" in data:
+        raise _Slow
+    value, i = _value(data, _ws(data, 0))
+    if _ws(data, i) != len(data):
+        raise ValueError("extra data")
+    return value
+
+
+def _loads(data):
+    try:
+        return loads_light(data)
+    except _Slow:
+        import json
+
+        return json.loads(data)
+
+
+def _jstr(s):
+    """A str as json.dumps writes it (ensure_ascii)."""
+    out = ['"']
+    for ch in s:
+        o = ord(ch)
+        if ch == '"' or ch == "\\":
+            out.append("\\" + ch)
+        elif 0x20 <= o < 0x7F:
+            out.append(ch)
+        elif ch in "\n\r\t\b\f":
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}[ch])
+        elif o > 0xFFFF:
+            o -= 0x10000
+            out.append(f"\\u{0xD800 | (o >> 10):04x}\\u{0xDC00 | (o & 0x3FF):04x}")
+        else:
+            out.append(f"\\u{o:04x}")
+    out.append('"')
+    return "".join(out)
+
+
+def _is_version(v):
+    # skel's parse_version: re.match(r"^(\d+)\.(\d+)\.(\d+)$"); "$" also
+    # matches before one final newline.
+    parts = (v[:-1] if v.endswith("\n") else v).split(".")
+    return len(parts) == 3 and all(p.isdecimal() for p in parts)
+
+
+def version_answer(stdin_data, supported, current):
+    """The bytes skel's VERSION prints: the asked cniVersion echoed when
+    well-formed (else ``current``), and ``supported``."""
+    asked = current
+    if stdin_data.strip():
+        try:
+            doc = _loads(stdin_data)
+        except ValueError:
+            doc = None
+        v = doc.get("cniVersion") if isinstance(doc, dict) else None
+        if isinstance(v, str) and _is_version(v):
+            asked = v
+    items = ",\n".join("        " + _jstr(v) for v in supported)
+    listed = f"[\n{items}\n    ]" if supported else "[]"
+    return (f'{{\n    "cniVersion": {_jstr(asked)},\n    "supportedVersions": {listed}\n}}'
+            ).encode()
+
+
+def error_answer(code, msg, details, stdin_data, all_versions, current):
+    """A spec Error object as skel prints it, in the config's cniVersion."""
+    version = current
+    try:
+        doc = _loads(stdin_data)
+        v = doc.get("cniVersion") if isinstance(doc, dict) else None
+        if v in all_versions:
+            version = v
+    except (ValueError, RecursionError):
+        pass
+    lines = [f'    "cniVersion": {_jstr(version)}', f'    "code": {int(code)}',
+             f'    "msg": {_jstr(msg)}']
+    if details:
+        lines.append(f'    "details": {_jstr(details)}')
+    return ("{\n" + ",\n".join(lines) + "\n}").encode()
+
+
+# --------------------------------------------------------------------------
+
+
+def _read_stdin():
+    chunks = []
+    while True:
+        chunk = os.read(0, 1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _write_stdout(data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(1, view):]
+
+
+def _context_fds():
+    fds = [os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC),
+           os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)]
+    try:
+        os.fstat(2)
+        fds.append(2)
+    except OSError:  # no stderr: give the plugin /dev/null, as it would have
+        fds.append(os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC))
+    return fds
+
+
+def _run_request(sock, ref, pythonpath, data):
+    """Send one ``run`` request and wait: ``(status, exit code, stdout)``."""
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = "/"
+    mask = os.umask(0o022)
+    os.umask(mask)
+    env = b"\0".join(k + b"=" + v for k, v in os.environb.items())
+    msg = encode_request([b"run", ref.encode(), b"\0".join(os.fsencode(p) for p in pythonpath),
+                          os.fsencode(cwd), str(mask).encode(), env, data])
+    fds = _context_fds()
+    try:
+        send_request(sock, msg, fds)
+    except OSError as exc:
+        # The worker closed before reading it all, so it cannot have run it;
+        # it may have said why (refused) first.
+        try:
+            return read_reply(sock)
+        except (WorkerGone, _NotRun):
+            raise _NotRun(f"sending the request failed: {exc}") from None
+    finally:
+        for fd in fds[:2]:
+            os.close(fd)
+        if fds[2] != 2:
+            os.close(fds[2])
+    return read_reply(sock)
+
+
+def one_shot(ref, pythonpath, data=None):
+    """Run the plugin in this process, as the one-shot executable does
+    (``cni_skel.skel.run_plugin_main``); ``data``: stdin already read."""
+    if sys.flags.no_site:
+        import site
+
+        site.main()
+    if pythonpath:
+        sys.path[:0] = pythonpath
+    if data is not None:
+        import io
+
+        sys.stdin = io.TextIOWrapper(io.BytesIO(data))
+    from cni_skel.skel import run_plugin_main
+
+    run_plugin_main(ref)
+
+
+def launch(ref, socket_path=DEFAULT_SOCKET, supported=None, pythonpath=(),
+           all_versions=(), current="1.1.0"):
+    """Entry point of an installed executable for plugin ``ref``
+    (``"module:Class"``); exits the process with the plugin's exit code.
+
+    ``supported``: the plugin's ``supported_versions`` (None: ask the plugin);
+    ``all_versions``/``current``: ``cni_skel.version`` values, for the
+    cniVersion of the code-11 error when the worker vanishes.
+    """
+    pythonpath = list(pythonpath or ())
+    cmd = os.environ.get("CNI_COMMAND", "")
+    if cmd == "VERSION" and supported is not None:
+        try:
+            data = b"" if os.isatty(0) else _read_stdin()
+            answer = version_answer(data, supported, current)
+        except (OSError, RecursionError):
+            return one_shot(ref, pythonpath)
+        _write_stdout(answer)
+        sys.exit(0)
+    if not cmd:  # a human asking for the about text
+        return one_shot(ref, pythonpath)
+    try:
+        sock = connect(os.environ.get(SOCKET_ENV) or socket_path)
+    except OSError:
+        return one_shot(ref, pythonpath)  # no worker: stdin still unread
+    try:
+        data = _read_stdin()
+    except OSError:
+        sock.close()
+        return one_shot(ref, pythonpath)  # it reports the read error itself
+    try:
+        status, code, out = _run_request(sock, ref, pythonpath, data)
+    except _NotRun:
+        return one_shot(ref, pythonpath, data)
+    except WorkerGone as exc:
+        _write_stdout(error_answer(
+            _ERR_TRY_AGAIN_LATER, "cni-skel worker went away during the request",
+            f"{exc} (socket {os.environ.get(SOCKET_ENV) or socket_path}); the plugin may or "
+            "may not have run: try again later", data, all_versions, current))
+        sys.exit(1)
+    finally:
+        sock.close()
+    if status != ST_DONE:  # unknown plugin, refused, bad request: nothing ran
+        return one_shot(ref, pythonpath, data)
+    _write_stdout(out)
+    sys.exit(code)

@@ -1,0 +1,1 @@
+"""Plugins for the warm worker tests (imported from tests/, not installed)."""
