@@ -8,9 +8,9 @@ case-insensitively and unknown keys are kept and ignored.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import BeforeValidator, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
 from .errors import ERR_INVALID_NETWORK_CONFIG, ERR_UNSUPPORTED_FIELD, CNIError
@@ -39,6 +39,14 @@ class ValidAttachment(CNIModel):
     ifname: str
 
 
+def _null_to_list(value: Any) -> Any:
+    # libcni sends Go's nil slice as null: an explicit null means "none".
+    return [] if value is None else value
+
+
+_Attachments = Annotated[list[ValidAttachment] | None, BeforeValidator(_null_to_list)]
+
+
 class NetConf(CNIModel):
     """The plugin configuration object (Go ``types.NetConf``).
 
@@ -56,8 +64,8 @@ class NetConf(CNIModel):
     runtime_config: dict[str, Any] = Field(default_factory=dict, alias="runtimeConfig")
     args: dict[str, Any] = Field(default_factory=dict)
     prev_result: Result | None = Field(None, alias="prevResult")
-    valid_attachments: list[ValidAttachment] | None = Field(
-        None, alias="cni.dev/valid-attachments")
+    valid_attachments: _Attachments = Field(None, alias="cni.dev/valid-attachments")
+    attachments: _Attachments = Field(None, alias="cni.dev/attachments")
 
     @field_validator("prev_result", mode="before")
     @classmethod
@@ -71,6 +79,15 @@ class NetConf(CNIModel):
         except CNIError as exc:
             # Not a ValueError: pydantic lets it through with its own code.
             raise CNIError(exc.code, f"invalid prevResult: {exc.msg}", exc.details) from None
+
+    def attachment_list(self) -> list[ValidAttachment] | None:
+        """The attachments GC must keep: ``cni.dev/valid-attachments``, else
+        libcni's ``cni.dev/attachments`` (an early spelling it still sends),
+        else None (no list: a plugin should release nothing). An explicit
+        ``null`` is an empty list."""
+        if self.valid_attachments is not None:
+            return self.valid_attachments
+        return self.attachments
 
 
 def unsupported(key: str, value: Any, why: str = "") -> PydanticCustomError:

@@ -382,7 +382,7 @@ def gc(args: CmdArgs, conf: BridgeConf) -> None:
         delegate_gc(conf.ipam.type, args.stdin_data, args)
     if conf.ip_masq or conf.macspoofchk:
         keep = {attachment_tag(a.container_id, a.ifname)
-                for a in (conf.valid_attachments or [])}
+                for a in (conf.attachment_list() or [])}
         nft = Nft()
         nft.run(_entries(conf, nft, keep=keep), what="bridge GC")
 

@@ -27,7 +27,7 @@ from pydantic import BeforeValidator, Field, PlainValidator
 from pydantic_core import PydanticCustomError
 
 from cni_skel.args import CNIArgs
-from cni_skel.config import IPAMConf, NetConf, ValidAttachment
+from cni_skel.config import IPAMConf, NetConf
 from cni_skel.errors import (
     ERR_INVALID_ENVIRONMENT_VARIABLES,
     ERR_INVALID_NETWORK_CONFIG,
@@ -147,24 +147,15 @@ class ArgsConf(CNIModel):
     cni: CNIArgsIPs | None = None
 
 
-_Attachments = Annotated[list[ValidAttachment] | None, BeforeValidator(_null_to_list)]
 
 
 class HostLocalConf(NetConf):
     """The network configuration host-local receives (the whole plugin
-    object; ``ipam`` is its own).
-
-    ``valid_attachments``: an explicit ``null`` means "none" (libcni sends
-    Go's nil slice as null), absence stays None. ``attachments`` is the key
-    libcni also injects (``cni.dev/attachments``, an early misspelling in the
-    spec), read when the first is absent.
-    """
+    object; ``ipam`` is its own). GC reads `NetConf.attachment_list`."""
 
     ipam: IPAMSettings | None = None
     runtime_config: RuntimeConf = Field(default_factory=RuntimeConf, alias="runtimeConfig")
     args: ArgsConf = Field(default_factory=ArgsConf)
-    valid_attachments: _Attachments = Field(None, alias="cni.dev/valid-attachments")
-    attachments: _Attachments = Field(None, alias="cni.dev/attachments")
 
 
 class HostLocalArgs(CNIArgs):

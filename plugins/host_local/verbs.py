@@ -253,8 +253,7 @@ def gc(args: CmdArgs, conf: HostLocalConf) -> None:
             rather than everything); code 5 naming what could not be read
             or removed, after doing all the rest.
     """
-    valid_list = conf.valid_attachments if conf.valid_attachments is not None \
-        else conf.attachments
+    valid_list = conf.attachment_list()
     if valid_list is None:
         raise CNIError(ERR_INVALID_NETWORK_CONFIG, "GC needs cni.dev/valid-attachments",
                        "without the list of valid attachments nothing is released")

@@ -28,7 +28,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, StrictBool, StrictInt, field_validator
 
-from cni_skel.config import NetConf, ValidAttachment, unsupported
+from cni_skel.config import NetConf, unsupported
 from cni_skel.model import CNIModel
 
 __all__ = ["PROTOCOLS", "PortMapConf", "PortMapRuntimeConfig", "PortMapping"]
@@ -96,15 +96,12 @@ class PortMapRuntimeConfig(CNIModel):
         default_factory=list, alias="portMappings")
 
 
-_Attachments = Annotated[list[ValidAttachment] | None, BeforeValidator(_null_to_list)]
 
 
 class PortMapConf(NetConf):
     """Network config of ``portmap`` (see the module docstring for the keys).
 
     ``snat`` null means the default (true), as Go's ``*bool``.
-    ``valid_attachments``: explicit null means "none"; ``attachments`` is
-    libcni's ``cni.dev/attachments``, read when the first is absent.
     """
 
     runtime_config: PortMapRuntimeConfig = Field(default_factory=PortMapRuntimeConfig,
@@ -116,8 +113,6 @@ class PortMapConf(NetConf):
     conditions_v6: list[str] | None = Field(None, alias="conditionsV6")
     mark_masq_bit: Any = Field(None, alias="markMasqBit")
     external_set_mark_chain: Any = Field(None, alias="externalSetMarkChain")
-    valid_attachments: _Attachments = Field(None, alias="cni.dev/valid-attachments")
-    attachments: _Attachments = Field(None, alias="cni.dev/attachments")
 
     @field_validator("backend")
     @classmethod
@@ -163,8 +158,3 @@ class PortMapConf(NetConf):
         raw = self.conditions_v4 if version == 4 else self.conditions_v6
         return [c for c in raw or () if c.strip()]
 
-    def attachment_list(self) -> list[ValidAttachment] | None:
-        """The GC list: valid-attachments, else libcni's attachments, else None."""
-        if self.valid_attachments is not None:
-            return self.valid_attachments
-        return self.attachments

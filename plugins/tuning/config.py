@@ -31,7 +31,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, StrictBool, StrictInt, StrictStr
 
 from cni_skel.args import CNIArgs
-from cni_skel.config import NetConf, ValidAttachment
+from cni_skel.config import NetConf
 from cni_skel.env import CmdArgs
 from cni_skel.errors import ERR_INVALID_NETWORK_CONFIG, ERR_IO_FAILURE, CNIError
 from cni_skel.model import CNIModel
@@ -84,16 +84,11 @@ def _null_to_dict(value: Any) -> Any:
     return {} if value is None else value
 
 
-def _null_to_list(value: Any) -> Any:
-    return [] if value is None else value
-
-
 #: A unicast 48-bit MAC address normalised to ``aa:bb:cc:dd:ee:ff``; "" is None.
 Mac = Annotated[str | None, BeforeValidator(_mac)]
 SysctlMap = Annotated[dict[str, StrictStr], BeforeValidator(_null_to_dict)]
 Mtu = Annotated[StrictInt | None, Field(ge=0, le=2**31 - 1)]
 TxQLen = Annotated[StrictInt | None, Field(ge=0, le=2**32 - 1)]
-_Attachments = Annotated[list[ValidAttachment] | None, BeforeValidator(_null_to_list)]
 
 
 # --- models --------------------------------------------------------------------
@@ -134,10 +129,6 @@ class TuningConf(NetConf):
     data_dir: str = Field("", alias="dataDir")
     runtime_config: RuntimeConf = Field(default_factory=RuntimeConf, alias="runtimeConfig")
     args: ArgsConf = Field(default_factory=ArgsConf)
-    # GC: explicit null means "none" (libcni sends a nil slice as null);
-    # cni.dev/attachments is libcni's other spelling, read when the first is absent.
-    valid_attachments: _Attachments = Field(None, alias="cni.dev/valid-attachments")
-    attachments: _Attachments = Field(None, alias="cni.dev/attachments")
 
 
 class TuningArgs(CNIArgs):

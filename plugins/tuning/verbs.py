@@ -321,8 +321,7 @@ def _restore(ipr: Any, ifname: str, doc: dict[str, Any]) -> None:
 
 def gc(args: CmdArgs, conf: TuningConf) -> None:
     """Remove saved files of this network whose attachment is not listed."""
-    valid_list = conf.valid_attachments if conf.valid_attachments is not None \
-        else conf.attachments
+    valid_list = conf.attachment_list()
     if valid_list is None:
         raise CNIError(ERR_INVALID_NETWORK_CONFIG, "tuning: GC needs cni.dev/valid-attachments",
                        "without the list of valid attachments nothing is removed")
