@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import CNIError
+from .launcher import DEFAULT_SOCKET, REQUIRED_ENV
 
 __all__ = [
     "PluginRun",
@@ -61,15 +62,23 @@ def remove_netns(ns: TestNetNS) -> None:
 
 
 def install_plugin(bin_dir: str | os.PathLike, name: str, ref: str, *,
-                   python: str | None = None, pythonpath: list[str] | None = None) -> str:
+                   python: str | None = None, pythonpath: list[str] | None = None,
+                   worker_socket: str | None = DEFAULT_SOCKET) -> str:
     """Write an executable ``bin_dir/name`` that runs plugin class ``ref``
     (``"module:Class"``), as ``cni-skel install`` does; returns its path.
     ``pythonpath``: extra import directories (a plugin not installed as a
-    package, such as one in your tests folder)."""
+    package, such as one in your tests folder).
+
+    ``worker_socket``: the executable is a launcher that hands each call to
+    ``cni-skel worker`` on this socket (default ``/run/cni-skel/worker.sock``,
+    as ``cni-skel install``) and runs the plugin in-process when no worker
+    answers there; None writes a plain one-shot script (``install
+    --one-shot``). Point it at a worker you started to test warm mode, or at
+    a path where none listens to be sure the in-process path runs."""
     from .cli import write_executable
 
     return write_executable(os.fspath(bin_dir), name, ref, python=python, force=True,
-                            pythonpath=pythonpath)
+                            pythonpath=pythonpath, worker_socket=worker_socket)
 
 
 def nft_table(ns: TestNetNS | str, family: str, name: str) -> Any:
@@ -169,6 +178,10 @@ def run_plugin_raw(executable: str, command: str, config: Mapping[str, Any] | by
     also gives it the namespace's own /sys); default the current one.
     ``cni_path`` defaults to the executable's directory. ``env`` adds
     variables (``replace_env=True``: use exactly ``env``, no CNI_* added).
+    As a runtime passes its own environment on, ``CNI_SKEL_WORKER_REQUIRED``
+    (launchers must be served by the worker, see `cni_skel.launcher`) is
+    passed through from this process's environment when set (not with
+    ``replace_env``).
 
     Asserts the protocol's output rule: stdout is empty or exactly one JSON
     document, and never a Python traceback.
@@ -191,6 +204,8 @@ def run_plugin_raw(executable: str, command: str, config: Mapping[str, Any] | by
             "CNI_ARGS": cni_args,
             "CNI_PATH": cni_path if cni_path is not None else os.path.dirname(executable),
         }
+        if os.environ.get(REQUIRED_ENV):
+            child_env[REQUIRED_ENV] = os.environ[REQUIRED_ENV]
         child_env.update(env or {})
     argv = [executable]
     if node is not None:

@@ -15,7 +15,11 @@ and ``json`` would cost 8-13 ms each on every call.
   and relays the answer: stdout, exit code.
 * No worker (no socket, connection refused), or an answer meaning "not run"
   (unknown plugin, refused, bad request): the plugin runs in this process
-  exactly as a one-shot executable does (``run_plugin_main``).
+  exactly as a one-shot executable does (``run_plugin_main``) -- unless
+  ``CNI_SKEL_WORKER_REQUIRED`` is set (not empty, not ``0``): then nothing
+  runs here and the answer is spec error 11 saying why the worker could not
+  serve (for tests and checks that must know the worker served every call;
+  VERSION and the about text, asked without CNI_COMMAND, stay local).
 * The worker went away after taking the request (EOF, timeout): spec error
   11 (try again later) on stdout, exit 1; we never guess whether it ran.
 
@@ -35,6 +39,9 @@ import sys
 
 DEFAULT_SOCKET = "/run/cni-skel/worker.sock"
 SOCKET_ENV = "CNI_SKEL_WORKER_SOCKET"
+#: Set (not empty, not "0"): never fall back to running the plugin in-process;
+#: answer spec error 11 when the worker cannot serve the call.
+REQUIRED_ENV = "CNI_SKEL_WORKER_REQUIRED"
 REQUEST_MAGIC = b"CSKQ"
 REPLY_MAGIC = b"CSKR"
 ST_DONE, ST_UNKNOWN, ST_REFUSED, ST_BAD, ST_PONG = 0, 1, 2, 3, 4
@@ -409,6 +416,17 @@ def one_shot(ref, pythonpath, data=None):
     run_plugin_main(ref)
 
 
+def _worker_required():
+    return os.environ.get(REQUIRED_ENV, "") not in ("", "0")
+
+
+def _try_again_later(msg, details, data, all_versions, current):
+    """Answer spec error 11 on stdout and exit 1 (nothing ran here)."""
+    _write_stdout(error_answer(_ERR_TRY_AGAIN_LATER, msg, details, data, all_versions,
+                               current))
+    sys.exit(1)
+
+
 def launch(ref, socket_path=DEFAULT_SOCKET, supported=None, pythonpath=(),
            all_versions=(), current="1.1.0"):
     """Entry point of an installed executable for plugin ``ref``
@@ -430,28 +448,49 @@ def launch(ref, socket_path=DEFAULT_SOCKET, supported=None, pythonpath=(),
         sys.exit(0)
     if not cmd:  # a human asking for the about text
         return one_shot(ref, pythonpath)
+    path = os.environ.get(SOCKET_ENV) or socket_path
+    required = _worker_required()
+
+    def not_served(why, data):
+        # The worker certainly did not run it: run it here, or refuse to.
+        if not required:
+            return one_shot(ref, pythonpath, data)
+        _try_again_later(
+            "cni-skel worker required but it did not serve the request",
+            f"{why} (socket {path}); {REQUIRED_ENV} is set, so the plugin was not run "
+            "in-process", data or b"", all_versions, current)
+
     try:
-        sock = connect(os.environ.get(SOCKET_ENV) or socket_path)
-    except OSError:
-        return one_shot(ref, pythonpath)  # no worker: stdin still unread
+        sock = connect(path)
+    except OSError as exc:
+        if not required:
+            return one_shot(ref, pythonpath)  # no worker: stdin still unread
+        try:
+            data = _read_stdin()
+        except OSError:
+            data = b""
+        return not_served(f"cannot connect: {exc.strerror or exc}", data)
     try:
         data = _read_stdin()
-    except OSError:
+    except OSError as exc:
         sock.close()
-        return one_shot(ref, pythonpath)  # it reports the read error itself
+        if not required:
+            return one_shot(ref, pythonpath)  # it reports the read error itself
+        return not_served(f"reading stdin failed: {exc}", b"")
     try:
         status, code, out = _run_request(sock, ref, pythonpath, data)
-    except _NotRun:
-        return one_shot(ref, pythonpath, data)
+    except _NotRun as exc:
+        return not_served(str(exc), data)
     except WorkerGone as exc:
-        _write_stdout(error_answer(
-            _ERR_TRY_AGAIN_LATER, "cni-skel worker went away during the request",
-            f"{exc} (socket {os.environ.get(SOCKET_ENV) or socket_path}); the plugin may or "
-            "may not have run: try again later", data, all_versions, current))
-        sys.exit(1)
+        _try_again_later(
+            "cni-skel worker went away during the request",
+            f"{exc} (socket {path}); the plugin may or may not have run: try again later",
+            data, all_versions, current)
     finally:
         sock.close()
     if status != ST_DONE:  # unknown plugin, refused, bad request: nothing ran
-        return one_shot(ref, pythonpath, data)
+        what = {ST_UNKNOWN: "unknown plugin", ST_REFUSED: "refused",
+                ST_BAD: "bad request"}.get(status, f"answer status {status}")
+        return not_served(f"{what}: {out.decode('utf-8', 'replace')}", data)
     _write_stdout(out)
     sys.exit(code)

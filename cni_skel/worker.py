@@ -15,8 +15,16 @@ started it:
   fd 1 at stderr), so diagnostics and delegated plugins' stderr stream live;
 * stdout (one JSON document) and the exit code go back on the connection.
 
+* capabilities: the launcher's (read from /proc/<peer pid>/status), dropped
+  to after entering its namespaces: bounding, permitted, effective,
+  inheritable and ambient sets, and no_new_privs. A caller running with
+  fewer capabilities (``setpriv``, a confined runtime) gets no more through
+  the worker than it has; a caller holding capabilities the worker lacks is
+  refused, and its launcher runs the plugin one-shot with its own.
+
 Same machine, same user namespace, same PID namespace and same root as the
-runtime are assumed; cgroups, rlimits and capabilities are the worker's.
+runtime are assumed; cgroups, rlimits, securebits and seccomp are the
+worker's.
 
 Children isolate requests (setns, crashes, memory) and run in parallel;
 host-local's lock file works across them as across processes. Only root
@@ -63,7 +71,8 @@ _ANSWERED, _CLIENT_GONE, _IDLE_EXIT = 100, 101, 102
 #: Modules every plugin run needs sooner or later; imported before forking.
 WARM_MODULES = ("pydantic", "pyroute2", "cni_skel.config", "cni_skel.types", "cni_skel.args",
                 "cni_skel.netns", "cni_skel.netlink", "cni_skel.invoke", "cni_skel.ipam",
-                "cni_skel.nft", "cni_skel.sysctl", "cni_skel.state", "cni_skel.conntrack")
+                "cni_skel.nft", "cni_skel.sysctl", "cni_skel.state", "cni_skel.conntrack",
+                "nftables")
 
 
 def _log(fd: int, cid: str, text: str) -> None:
@@ -128,9 +137,90 @@ def _bind(path: str) -> socket.socket:
     return sock
 
 
-def _peer_uid(conn: socket.socket) -> int:
+def _peer_cred(conn: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process that connected."""
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1]
+    pid, uid, gid = struct.unpack("3i", creds)
+    return pid, uid, gid
+
+
+# --------------------------------------------------------------------------
+# capabilities: the child drops to the launcher's
+
+_CAP_FIELDS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs")
+_PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS, _PR_CAP_AMBIENT = 24, 38, 47
+_PR_CAP_AMBIENT_RAISE, _PR_CAP_AMBIENT_CLEAR_ALL = 2, 4
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def _caps(pid: int | str) -> dict[str, int]:
+    """The capability sets (bit masks) and no_new_privs of process ``pid``
+    (``"self"``), from /proc/<pid>/status."""
+    out: dict[str, int] = {}
+    with open(f"/proc/{pid}/status") as fp:
+        for line in fp:
+            key, _, value = line.partition(":")
+            if key in _CAP_FIELDS:
+                out[key] = int(value.strip(), 16 if key.startswith("Cap") else 10)
+    missing = [k for k in _CAP_FIELDS if k not in out]
+    if missing:
+        raise OSError(f"/proc/{pid}/status lacks {', '.join(missing)}")
+    return out
+
+
+def _caps_beyond(peer: dict[str, int], own: dict[str, int]) -> str:
+    """What ``peer`` holds that ``own`` does not (empty: we can drop to it)."""
+    extra = [f"{key} {peer[key] & ~own[key]:#x}" for key in _CAP_FIELDS[:5]
+             if peer[key] & ~own[key]]
+    if own["NoNewPrivs"] and not peer["NoNewPrivs"]:
+        extra.append("no_new_privs unset")
+    return ", ".join(extra)
+
+
+def _drop_caps(peer: dict[str, int], own: dict[str, int]) -> None:
+    """Make this process's capability sets ``peer``'s (a subset of ``own``)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    prctl = libc.prctl
+    prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                      ctypes.c_ulong)
+    prctl.restype = ctypes.c_int
+
+    def check(rc: int, what: str) -> None:
+        if rc != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"{what}: {os.strerror(err)}")
+
+    # The bounding set first: dropping from it needs CAP_SETPCAP, which capset may remove.
+    for cap in range(64):
+        if own["CapBnd"] >> cap & 1 and not peer["CapBnd"] >> cap & 1:
+            check(prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0), f"dropping capability {cap} "
+                                                         "from the bounding set")
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]
+
+    data = (Data * 2)()
+    for i in range(2):
+        shift = 32 * i
+        data[i].effective = peer["CapEff"] >> shift & 0xFFFFFFFF
+        data[i].permitted = peer["CapPrm"] >> shift & 0xFFFFFFFF
+        data[i].inheritable = peer["CapInh"] >> shift & 0xFFFFFFFF
+    header = Header(_LINUX_CAPABILITY_VERSION_3, 0)
+    check(libc.capset(ctypes.byref(header), data), "capset")
+    if own["CapAmb"] or peer["CapAmb"]:
+        check(prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clearing ambient")
+        for cap in range(64):
+            if peer["CapAmb"] >> cap & 1:
+                check(prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_RAISE, cap, 0, 0),
+                      f"raising ambient capability {cap}")
+    if peer["NoNewPrivs"] and not own["NoNewPrivs"]:
+        check(prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
 
 
 def _describe_status(status: int) -> str:
@@ -345,9 +435,9 @@ class Worker:
                                [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
                                  conn.fileno().to_bytes(4, sys.byteorder))])
         try:
-            uid = _peer_uid(conn)
+            peer_pid, uid, _ = _peer_cred(conn)
         except OSError:
-            uid = -1
+            peer_pid, uid = 0, -1
         if uid != 0:
             _log(self.log_fd, "", f"refused a client with uid {uid}: only root is served")
             with contextlib.suppress(OSError):
@@ -364,7 +454,7 @@ class Worker:
                 conn.sendall(proto.encode_reply(proto.ST_BAD, 0, str(exc).encode()))
             return _ANSWERED
         try:
-            return self._serve_request(conn, fields, fds)
+            return self._serve_request(conn, fields, fds, peer_pid)
         finally:
             for fd in fds:
                 with contextlib.suppress(OSError):
@@ -383,7 +473,8 @@ class Worker:
                 continue  # another spare took it
             return conn
 
-    def _serve_request(self, conn: socket.socket, fields: list[bytes], fds: list[int]) -> int:
+    def _serve_request(self, conn: socket.socket, fields: list[bytes], fds: list[int],
+                       peer_pid: int = 0) -> int:
         kind = fields[0]
         if kind == b"ping":
             from . import __version__
@@ -415,7 +506,31 @@ class Worker:
                 conn.sendall(proto.encode_reply(proto.ST_UNKNOWN, 0, plugin.encode()))
                 return _ANSWERED
 
+        # The launcher's capabilities: read now (its /proc, before setns), dropped to
+        # after entering its namespaces (setns needs CAP_SYS_ADMIN).
+        try:
+            own, peer = _caps("self"), _caps(peer_pid)
+        except (OSError, ValueError) as exc:
+            own = peer = None
+            why = f"cannot read the launcher's capabilities (pid {peer_pid}): {exc}"
+        else:
+            why = _caps_beyond(peer, own)
+            if why:
+                why = f"the launcher holds capabilities this worker lacks ({why})"
+        if why:
+            _log(self.log_fd, cid, f"{cmd} {ref}: refused, {why}; the launcher runs it one-shot")
+            conn.sendall(proto.encode_reply(proto.ST_REFUSED, 0, why.encode()))
+            return _ANSWERED
+
         _enter_context(fds, os.fsdecode(cwd_b), int(umask_b or b"18"), env)
+        if peer != own:
+            try:
+                _drop_caps(peer, own)
+            except OSError as exc:  # nothing ran yet: the launcher runs it itself
+                _log(self.log_fd, cid, f"{cmd} {ref}: refused, cannot take the launcher's "
+                                       f"capabilities ({exc}); the launcher runs it one-shot")
+                conn.sendall(proto.encode_reply(proto.ST_REFUSED, 0, str(exc).encode()))
+                return _ANSWERED
         out, code = _dispatch(plugin, stdin)
         try:
             conn.sendall(proto.encode_reply(proto.ST_DONE, code, out))

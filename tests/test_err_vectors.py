@@ -50,10 +50,10 @@ EXPECT = {
 
 
 @pytest.fixture(scope="module")
-def args_echo(tmp_path_factory: pytest.TempPathFactory) -> str:
+def args_echo(tmp_path_factory: pytest.TempPathFactory, cni_worker_socket: str) -> str:
     d = tmp_path_factory.mktemp("tp-bin")
     return install_plugin(d, "args-echo", "thirdparty.argsplugin:ArgsEcho",
-                          pythonpath=[str(THIRDPARTY.parent)])
+                          pythonpath=[str(THIRDPARTY.parent)], worker_socket=cni_worker_socket)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECT))

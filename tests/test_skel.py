@@ -13,9 +13,11 @@ from cni_skel.harness import install_plugin, run_plugin_raw
 
 
 @pytest.fixture(scope="module")
-def probe(tmp_path_factory):
+def probe(tmp_path_factory, cni_worker_socket):
+    # A launcher for this run's mode (tests/conftest.py): the contract holds in both.
     d = tmp_path_factory.mktemp("probe-bin")
-    return install_plugin(d, "probe", "thirdparty.probe:Probe", pythonpath=[str(THIRDPARTY.parent)])
+    return install_plugin(d, "probe", "thirdparty.probe:Probe", pythonpath=[str(THIRDPARTY.parent)],
+                          worker_socket=cni_worker_socket)
 
 
 def add(probe, conf, **kw):

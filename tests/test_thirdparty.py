@@ -21,28 +21,33 @@ README = HERE.parent / "README.md"
 
 
 @pytest.fixture
-def tp_bin(tmp_path):
+def tp_bin(tmp_path, cni_worker_socket):
+    # Launchers for this run's mode (tests/conftest.py): warm, the worker
+    # imports these plugins per call from their pythonpath.
     d = tmp_path / "bin"
     d.mkdir()
     path = [str(THIRDPARTY.parent)]
-    install_plugin(d, "fake-ipam", "thirdparty.fakeipam:FakeIPAMPlugin", pythonpath=path)
+    install_plugin(d, "fake-ipam", "thirdparty.fakeipam:FakeIPAMPlugin", pythonpath=path,
+                   worker_socket=cni_worker_socket)
     install_plugin(d, "fail-after-ipam", "thirdparty.failafteripam:FailAfterIPAM",
-                   pythonpath=path)
+                   pythonpath=path, worker_socket=cni_worker_socket)
     return d
 
 
-def readme_plugin(dest) -> str:
+def readme_plugin(dest, worker_socket) -> str:
     text = README.read_text()
     m = re.search(r"<!-- example: veth_ipam.py -->\n```python\n(.*?)```", text, re.S)
     assert m, "README lost its example plugin"
     code = m.group(1)
     assert 20 <= len(code.strip().splitlines()) <= 40
     (dest / "veth_ipam.py").write_text(code)
-    return install_plugin(dest, "veth-ipam", "veth_ipam:VethPlugin", pythonpath=[str(dest)])
+    return install_plugin(dest, "veth-ipam", "veth_ipam:VethPlugin", pythonpath=[str(dest)],
+                          worker_socket=worker_socket)
 
 
-def test_readme_example_with_go_host_local(tmp_path, go_cni_dir, node_netns, pod_netns):
-    exe = readme_plugin(tmp_path)
+def test_readme_example_with_go_host_local(tmp_path, go_cni_dir, node_netns, pod_netns,
+                                           cni_worker_socket):
+    exe = readme_plugin(tmp_path, cni_worker_socket)
     data_dir = tmp_path / "ipam"
     # Debian's Go host-local speaks up to 1.0.0.
     conf = {"cniVersion": "1.0.0", "name": "readme-net", "type": "veth-ipam", "mtu": 1400,

@@ -39,10 +39,11 @@ class Worker:
     """A `cni-skel worker` subprocess in its own session (killpg reaches
     its children), stderr in a file."""
 
-    def __init__(self, sock: str, log: str) -> None:
+    def __init__(self, sock: str, log: str, prefix: tuple[str, ...] = ()) -> None:
         self.sock, self.log_path = sock, log
         self.log_fp = open(log, "ab")  # noqa: SIM115 (closed in stop)
-        self.proc = subprocess.Popen([CLI, "worker", "--socket", sock], stdout=self.log_fp,
+        self.proc = subprocess.Popen([*prefix, CLI, "worker", "--socket", sock],
+                                     stdout=self.log_fp,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 60
         while not launcher.ping(sock, 2.0)[0]:
@@ -234,7 +235,7 @@ def test_bridge_host_local_same_in_both_modes(worker, wbin, obin, netns_factory,
         check = run_plugin(exe, "CHECK", {**conf, "prevResult": add}, **kw)
         dele = run_plugin(exe, "DEL", {**conf, "prevResult": add}, **kw)
         left = sorted(p.name for p in (tmp_path / mode / "brnet").iterdir()
-                      if not p.name.startswith(("last_reserved", "lock")))
+                      if not p.name.startswith(("last_reserved", "lock", ".")))
         results[mode] = (_normalise(add), check, dele, left)
     assert results["warm"] == results["oneshot"]
     assert results["warm"][0]["ips"][0]["address"] == "10.77.0.2/24"
@@ -417,7 +418,7 @@ def test_eight_parallel_clients(worker, wbin, tmp_path, node_netns):
         list(pool.map(lambda i: run_plugin(exe, "DEL", conf, container_id=f"par{i}",
                                            netns="", node=node_netns), range(8)))
     store = tmp_path / "ipam" / "par"
-    assert sorted(p.name for p in store.iterdir() if not p.name.startswith(("last", "lock"))) \
+    assert sorted(p.name for p in store.iterdir() if not p.name.startswith(("last", "lock", "."))) \
         == []
 
 
@@ -436,3 +437,156 @@ def test_replacing_the_worker_keeps_requests_in_flight(worker, wbin, wdir, node_
         assert successor.served("next1") and not worker.served("next1")
     finally:
         successor.stop()
+
+
+# --------------------------------------------------------------------------
+# capabilities: the child has the launcher's, never more
+
+CAP_NET_ADMIN = 12
+DROP_NET_ADMIN = ("setpriv", "--inh-caps=-net_admin", "--bounding-set=-net_admin")
+CAP_KEYS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
+
+
+def _status_caps(text):
+    fields = dict(ln.split(":", 1) for ln in text.splitlines() if ":" in ln)
+    return {k: int(fields[k], 16) for k in CAP_KEYS}
+
+
+def test_child_takes_the_launchers_capabilities(worker, wbin, wdir, node_netns, pod_netns):
+    """A launcher run without CAP_NET_ADMIN (setpriv, a confined runtime) must
+    not get it back through the worker: the child drops to its sets."""
+    expected = _status_caps(subprocess.run(
+        ["ip", "netns", "exec", node_netns.name, *DROP_NET_ADMIN, "cat", "/proc/self/status"],
+        capture_output=True, text=True, check=True).stdout)
+    assert not expected["CapEff"] >> CAP_NET_ADMIN & 1
+    assert not expected["CapBnd"] >> CAP_NET_ADMIN & 1
+    marker = os.path.join(wdir, "caps.started")
+    env = {"PATH": os.environ["PATH"], "CNI_COMMAND": "ADD", "CNI_CONTAINERID": "caps1",
+           "CNI_NETNS": pod_netns.path, "CNI_IFNAME": "eth0", "CNI_PATH": wbin}
+    proc = subprocess.Popen(["ip", "netns", "exec", node_netns.name, *DROP_NET_ADMIN,
+                             os.path.join(wbin, "worker-probe")],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+    try:
+        proc.stdin.write(json.dumps(probe_conf(mode="sleep", marker=marker,
+                                               seconds=2)).encode())
+        proc.stdin.close()
+        deadline, pid = time.monotonic() + 60, 0
+        while not pid:
+            with contextlib.suppress(FileNotFoundError, ValueError), open(marker) as fp:
+                pid = int(fp.read())
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        with open(f"/proc/{pid}/status") as fp:
+            status = fp.read()
+        assert f"PPid:\t{worker.proc.pid}\n" in status, "the plugin ran in a worker child"
+        assert _status_caps(status) == expected
+        out, err = proc.stdout.read(), proc.stderr.read()  # a few bytes each
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, (out, err)
+    assert worker.served("caps1"), worker.log()
+
+
+def test_caller_with_capabilities_the_worker_lacks_runs_one_shot(sock, wdir, wbin, node_netns,
+                                                                 pod_netns):
+    w = Worker(sock, os.path.join(wdir, "worker.log"), prefix=DROP_NET_ADMIN)
+    try:
+        exe = os.path.join(wbin, "loopback")
+        kw = dict(netns=pod_netns.path, ifname="lo", node=node_netns)
+        result = run_plugin(exe, "ADD", lo_conf(), container_id="capsmore1", **kw)
+        assert result["interfaces"][0]["name"] == "lo"
+        (line,) = w.served("capsmore1")
+        assert "refused, the launcher holds capabilities this worker lacks" in line, line
+        assert "the launcher runs it one-shot" in line
+        run = run_plugin_raw(exe, "DEL", lo_conf(), container_id="capsmore2",
+                             env={launcher.REQUIRED_ENV: "1"}, **kw)
+        assert run.exit_code == 1 and run.doc["code"] == 11, run
+        assert "refused: the launcher holds capabilities" in run.doc["details"]
+    finally:
+        w.stop()
+
+
+# --------------------------------------------------------------------------
+# CNI_SKEL_WORKER_REQUIRED: the launcher never runs the plugin itself
+
+
+def _lo_is_up(ns_path):
+    from cni_skel import netlink
+    from cni_skel.netns import NetNS
+
+    with NetNS.open(ns_path) as ns, ns.iproute() as ipr:
+        return bool(netlink.find_link(ipr, "lo").get("flags", 0) & 1)
+
+
+def test_worker_required_answers_11_instead_of_one_shot(worker, wbin, wdir, netns_factory):
+    node, pod = netns_factory("cnsk-node"), netns_factory("cnsk-pod")
+    exe = os.path.join(wbin, "loopback")
+    required = {launcher.REQUIRED_ENV: "1"}
+    kw = dict(netns=pod.path, ifname="lo", node=node)
+
+    def refused(run, why):
+        assert run.exit_code == 1, run
+        assert run.doc["code"] == 11 and run.doc["cniVersion"] == "1.0.0", run.doc
+        assert "worker required" in run.doc["msg"] and why in run.doc["details"], run.doc
+        assert launcher.REQUIRED_ENV in run.doc["details"]
+        assert not _lo_is_up(pod.path), "the plugin ran although the worker did not serve"
+
+    # No worker on the socket (CNI_SKEL_WORKER_SOCKET overrides the baked path).
+    dead = os.path.join(wdir, "nobody.sock")
+    refused(run_plugin_raw(exe, "ADD", lo_conf(), container_id="req-dead",
+                           env={**required, launcher.SOCKET_ENV: dead}, **kw),
+            "cannot connect")
+    # "0" or empty: fallback allowed, the plugin runs in the launcher.
+    for off in ("0", ""):
+        run = run_plugin_raw(exe, "DEL", lo_conf(), container_id="req-off",
+                             env={launcher.REQUIRED_ENV: off, launcher.SOCKET_ENV: dead}, **kw)
+        assert run.exit_code == 0, run
+    # The worker answers but cannot import the plugin.
+    nope = write_executable(os.path.join(wdir, "odd"), "nope", "worker_plugins.nope:Nope",
+                            pythonpath=PROBE_PATH, worker_socket=worker.sock)
+    run = run_plugin_raw(nope, "ADD", lo_conf(), container_id="req-nope", env=required, **kw)
+    assert run.doc["code"] == 11 and "unknown plugin" in run.doc["details"], run.doc
+    assert "No module named 'worker_plugins.nope'" in run.doc["details"]
+    # Served: works, and the worker logged it.
+    assert run_plugin(exe, "ADD", lo_conf(), container_id="req-ok", env=required, **kw)
+    assert _lo_is_up(pod.path) and worker.served("req-ok"), worker.log()
+    run_plugin(exe, "DEL", lo_conf(), container_id="req-ok", env=required, **kw)
+    # VERSION and the about text stay local: no worker needed.
+    version = run_plugin_raw(exe, "VERSION", b"", env={**required, launcher.SOCKET_ENV: dead})
+    assert version.exit_code == 0 and "1.0.0" in version.doc["supportedVersions"]
+    # Worker gone: refused, and the plugin does not run.
+    worker.kill_group()
+    refused(run_plugin_raw(exe, "ADD", lo_conf(), container_id="req-gone", env=required,
+                           **kw), "connect")
+
+
+# --------------------------------------------------------------------------
+# the suite's own modes (tests/conftest.py): cni_bin is what it says
+
+
+def test_cni_bin_is_served_as_its_mode_says(cni_bin, cni_mode, cni_worker_socket, request,
+                                            netns_factory):
+    node, pod = netns_factory("cnsk-node"), netns_factory("cnsk-pod")
+    cid = f"suite-mode-{cni_mode}"
+    exe = os.path.join(cni_bin, "loopback")
+    with open(exe, "rb") as fp:
+        assert repr(cni_worker_socket).encode() in fp.read(), "a launcher for this mode's socket"
+    kw = dict(container_id=cid, netns=pod.path, ifname="lo", node=node)
+    add = run_plugin(exe, "ADD", lo_conf(), **kw)
+    assert add["interfaces"][0]["name"] == "lo"
+    run_plugin(exe, "DEL", lo_conf(), **kw)
+    if cni_mode == "warm":
+        assert os.environ.get(launcher.REQUIRED_ENV) == "1", "warm tests forbid the fallback"
+        worker = request.getfixturevalue("cni_worker")
+        assert worker.sock == cni_worker_socket and launcher.ping(cni_worker_socket)[0]
+        served = worker.served(cid)
+        assert len(served) == 2, worker.log()
+        assert all("cni_skel_plugins.loopback:Loopback exit 0 " in ln for ln in served), served
+    else:
+        assert launcher.REQUIRED_ENV not in os.environ
+        assert not os.path.exists(cni_worker_socket), "nothing may listen in oneshot mode"
