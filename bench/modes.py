@@ -5,13 +5,17 @@ request for the node agent (`bench.node`). Adding a mode is one class here
 plus an entry in MODES:
 
   go       Debian's Go reference plugins (/usr/lib/cni), one process per call
-  oneshot  ours, installed executables, one process per call (what a runtime
-           does today)
+  oneshot  ours as `cni-skel install` writes them by default (launchers) with
+           no worker running: each call answers VERSION in the launcher, or
+           runs the plugin in the launcher's process (one process per call).
+           This is what a node gets without `cni-skel worker`.
+  script   ours as `cni-skel install --one-shot` writes them: plain scripts
+           that always import the SDK (VERSION included)
   inproc   ours, `cni_skel.skel.dispatch` called in the agent process: the
            plugin's work without interpreter start-up and imports
-  warm     ours, thin launchers talking to `cni-skel worker` (a fork-server
-           with the imports done); skipped with ModeUnavailable when the
-           installed cni_skel has no worker
+  warm     ours, the same launchers talking to `cni-skel worker` (a
+           fork-server with the imports done); skipped with ModeUnavailable
+           when the installed cni_skel has no worker
 """
 
 from __future__ import annotations
@@ -69,7 +73,12 @@ class GoMode(Mode):
 
 
 class OneShotMode(Mode):
-    key, label = "oneshot", "ours"
+    """The default install (launchers) with no worker: the socket they try is
+    one nothing listens on (never the node's /run/cni-skel/worker.sock, where
+    a real worker may run), so every call other than VERSION falls back to
+    running the plugin in the launcher's process."""
+
+    key, label = "oneshot", "ours (launchers, no worker)"
 
     def install(self, work_dir: str) -> None:
         from cni_skel.cli import plugin_registry, write_executable
@@ -80,10 +89,20 @@ class OneShotMode(Mode):
             raise ModeUnavailable(f"plugins not registered: {', '.join(missing)}")
         self.bin_dir = os.path.join(work_dir, f"bin-{self.key}")
         kw = {}
+        # (A cni_skel without launchers writes plain scripts: its default install.)
         if "worker_socket" in inspect.signature(write_executable).parameters:
             kw["worker_socket"] = self.worker_socket(work_dir)  # None: plain one-shot script
         for name in PLUGINS:
             write_executable(self.bin_dir, name, self.refs[name], force=True, **kw)
+
+    def worker_socket(self, work_dir: str) -> str | None:
+        return os.path.join(work_dir, self.key, "no-worker.sock")  # nothing listens here
+
+
+class ScriptMode(OneShotMode):
+    """Plain one-shot scripts (`cni-skel install --one-shot`)."""
+
+    key, label = "script", "ours (plain scripts)"
 
     def worker_socket(self, work_dir: str) -> str | None:
         return None
@@ -151,4 +170,5 @@ class WarmMode(OneShotMode):
             self.log.close()
 
 
-MODES: dict[str, type[Mode]] = {m.key: m for m in (GoMode, OneShotMode, InProcMode, WarmMode)}
+MODES: dict[str, type[Mode]] = {m.key: m for m in (GoMode, OneShotMode, ScriptMode, InProcMode,
+                                                    WarmMode)}

@@ -471,50 +471,95 @@ class Bench:
             for r in out["results"]:
                 self.record(mode, "portmap", "ADD", r, "scale-pm-fill", False, {})
 
+    def traced_argv(self, exe: str) -> list[str]:
+        """``exe`` run as its shebang says, plus ``-X importtime``."""
+        try:
+            with open(exe, "rb") as fp:
+                line = fp.readline().decode()
+        except OSError:
+            line = ""
+        parts = line[2:].split() if line.startswith("#!") else []
+        if not parts or os.path.basename(parts[0]) == "sh":
+            parts = [sys.executable, "-I"]
+        return [*parts, "-X", "importtime", exe]
+
     def profile(self) -> None:
-        """Where one bridge ADD / DEL of ours spends its time: interpreter start,
-        imports (-X importtime), the rest is work."""
-        log("profile: bridge ADD/DEL with -X importtime")
+        """Where each one-shot call of ours spends its time: one pod through
+        the chain (and host-local alone, as bridge's delegate) traced with
+        ``-X importtime``; the report splits each call's median wall time into
+        interpreter start, imports by package and work (see report())."""
+        log("profile: one traced call per plugin and verb (-X importtime)")
         mode = next(m for m in self.modes if m.key == "oneshot")
         py = sys.executable
         env = self.env(mode, "VERSION", "", "", "eth0")
         bare = [mode.node.request({"op": "exec", "argv": [py, "-I", "-c", "pass"], "env": env})
-                for _ in range(5)]
+                for _ in range(7)]
         bare_imp = mode.node.request({"op": "exec", "argv": [py, "-I", "-X", "importtime", "-c",
                                                              "pass"], "env": env, "full_err": 1})
-        interp = med([r["wall"] for r in bare])
-        base_imports = importtime(bare_imp["err"])
+        startup = set(importtime(bare_imp["err"], nested=True))
+        out: dict = {"interpreter": med([r["wall"] for r in bare]), "calls": {}}
         pod = self.pod()
-        plugin = chain(self.store(mode, "prof-ipam"))[0]
-        out = {"interpreter": interp, "verbs": {}}
-        prev = None
-        for verb in ("ADD", "DEL"):
-            conf = net_conf("benchnet", plugin, prev)
-            req = {"op": "exec", "argv": [py, "-I", "-X", "importtime",
-                                          os.path.join(mode.bin_dir, "bridge")],
-                   "env": self.env(mode, verb, "prof-0", pod.path, "eth0"),
+        store = self.store(mode, "prof-ipam")
+        plugins = chain(store)
+        runtime = {"mac": "0a:58:0a:ff:ff:01", "portMappings": mappings(8080, 8053)}
+        lo = {"cniVersion": CNI_VERSION, "name": "lo", "type": "loopback"}
+
+        def traced(plugin: str, verb: str, conf: dict, cid: str, ifname: str = "eth0"):
+            req = {"op": "exec", "argv": self.traced_argv(os.path.join(mode.bin_dir, plugin)),
+                   "env": self.env(mode, verb, cid, pod.path, ifname),
                    "stdin": json.dumps(conf), "full_err": 1}
             r = mode.node.request(req)
-            _, doc = self.record(mode, "bridge", verb, r, "profile", False, {})
-            if verb == "ADD":
-                prev = doc
-            imports = importtime(r["err"])
-            every = importtime(r["err"], nested=True)
-            heavy = {k: every[k] for k in ("pydantic", "pydantic_core", "pyroute2", "nftables",
-                                           "click", "typing", "ipaddress", "json")
-                     if k in every and k not in base_imports}
-            plugin_imports = {k: v for k, v in imports.items() if k not in base_imports}
-            imp_total = sum(plugin_imports.values())
-            inproc = self.sel("lifecycle", "inproc", "bridge", verb) if any(
-                m.key == "inproc" for m in self.modes) else []
-            out["verbs"][verb] = {
-                "wall": r["wall"], "imports": imp_total,
-                "work": r["wall"] - interp - imp_total,
-                "inproc_work": med(inproc),
-                "top_imports": sorted(plugin_imports.items(), key=lambda kv: -kv[1])[:5],
-                "packages": sorted(heavy.items(), key=lambda kv: -kv[1])}
+            _, doc = self.record(mode, plugin, verb, r, "profile", False, {})
+            out["calls"][f"{plugin} {verb}"] = {
+                "wall": r["wall"], "split": import_split(r["err"], startup),
+                "top": sorted(importtime(r["err"]).items(), key=lambda kv: -kv[1])[:4]}
+            return doc
+
+        lo_res = traced("loopback", "ADD", lo, "prof-0", "lo")
+        prev = None
+        for p in plugins:
+            prev = traced(p["type"], "ADD", net_conf("benchnet", p, prev, runtime), "prof-0")
+        hl_conf = net_conf("benchnet", plugins[0])  # the bridge config, as the delegate gets it
+        traced("host-local", "ADD", hl_conf, "prof-hl")
+        traced("host-local", "DEL", hl_conf, "prof-hl")
+        for p in reversed(plugins):
+            traced(p["type"], "DEL", net_conf("benchnet", p, prev, runtime), "prof-0")
+        traced("loopback", "DEL", {**lo, **({"prevResult": lo_res} if lo_res else {})},
+               "prof-0", "lo")
         self.drop_pod(pod)
         self.results["profile"] = out
+
+    def profile_rows(self) -> list[tuple[str, dict]]:
+        """Per traced call: wall (median of the run), interpreter, imports
+        split by package, work (see the report's note)."""
+        pr = self.results.get("profile") or {}
+        interp = pr.get("interpreter")
+        inproc = any(m.key == "inproc" for m in self.modes)
+        rows = []
+        for call, v in pr.get("calls", {}).items():
+            plugin, verb = call.split()
+            if plugin == "host-local":  # as bridge's delegate: the scale run at 0 allocations
+                sel = {"scenario": "scale-hl", "level": 0, "unknown": None}
+            else:
+                sel = {"scenario": "lifecycle"}
+            wall = med(self.sel(mode="oneshot", plugin=plugin, verb=verb, **sel))
+            # (the first in-process call of a plugin imports what it needs: not work)
+            done = self.sel(mode="inproc", plugin=plugin, verb=verb, **sel) if inproc else []
+            work = med(done[1:] or done)
+            split = {k: t for k, t in v["split"].items() if k != "startup"}
+            traced_imports = sum(split.values())
+            if wall is None or interp is None:
+                continue
+            if work is None:  # no in-process run: imports as traced (inflated), the rest is work
+                imports = traced_imports
+                work = max(0.0, wall - interp - imports)
+            else:
+                imports = max(0.0, wall - interp - work)
+            scale = imports / traced_imports if traced_imports else 0.0
+            rows.append((call, {"wall": wall, "interpreter": interp, "work": work,
+                                "imports": imports,
+                                **{k: t * scale for k, t in split.items()}}))
+        return rows
 
     # --- report
 
@@ -624,19 +669,22 @@ class Bench:
                       for e in extra))
 
         # profile
-        pr = self.results.get("profile")
-        if pr:
-            w("\n## Where the time goes: one bridge call of ours (one-shot, -X importtime)\n")
-            w("| verb | wall ms | interpreter start | imports | work | work in-process (median) "
-              "| heaviest top-level imports (ms) | of which packages (ms) |")
-            w("|---|---|---|---|---|---|---|---|")
-            for verb, v in pr["verbs"].items():
-                top = ", ".join(f"{k} {t * 1000:.1f}" for k, t in v["top_imports"])
-                pk = ", ".join(f"{k} {t * 1000:.1f}" for k, t in v["packages"])
-                w(f"| {verb} | {ms(v['wall'])} | {ms(pr['interpreter'])} | {ms(v['imports'])} "
-                  f"| {ms(v['work'])} | {ms(v['inproc_work'])} | {top} | {pk} |")
-            w("\n-X importtime inflates imports somewhat; the work column includes the "
-              "host-local delegate process (its own interpreter start and imports).")
+        rows = self.profile_rows()
+        if rows:
+            w("\n## Where the time goes: one-shot calls of ours (`oneshot` mode)\n")
+            w("| call | wall ms | interpreter + site | pydantic | pyroute2 | nftables "
+              "| ours (modules, model classes) | other stdlib | work |")
+            w("|---|---|---|---|---|---|---|---|---|")
+            for call, r in rows:
+                w(f"| {call} | {ms(r['wall'])} | {ms(r['interpreter'])} | {ms(r['pydantic'])} "
+                  f"| {ms(r['pyroute2'])} | {ms(r['nftables'])} | {ms(r['ours'])} "
+                  f"| {ms(r['other'])} | {ms(r['work'])} |")
+            w("\nMedians of the run (host-local: the scale run at 0 allocations, as bridge's "
+              "delegate). Interpreter + site: `python -I -c pass`. Work: the same call "
+              "in-process (`inproc` mode; bridge's includes its host-local delegate process). "
+              "Imports: the rest, split in proportion to one `-X importtime` trace per call "
+              "(a module counts for the package that imported it first: asyncio under pyroute2; "
+              "pydantic model classes built at import count as ours).")
 
         budgets = self.budgets(chains)
         w("\n## Budgets\n")
@@ -802,6 +850,52 @@ def importtime(stderr: str, nested: bool = False) -> dict[str, float]:
             out[name.strip()] = out.get(name.strip(), 0.0) + int(parts[1]) / 1e6
         except ValueError:
             continue
+    return out
+
+
+_PACKAGES = {"pydantic": "pydantic", "pydantic_core": "pydantic", "annotated_types": "pydantic",
+             "typing_inspection": "pydantic", "typing_extensions": "pydantic",
+             "pyroute2": "pyroute2", "nftables": "nftables",
+             "cni_skel": "ours", "cni_skel_plugins": "ours"}
+
+
+def import_split(stderr: str, startup: set[str]) -> dict[str, float]:
+    """Self times (seconds) of a -X importtime trace by package: pydantic,
+    pyroute2, nftables (each with what it imported first), ours (cni_skel and
+    the plugins: module bodies, so pydantic model classes), other, and startup
+    (what a bare interpreter imports, and site)."""
+    pending: dict[int, list] = {}
+    for line in stderr.splitlines():
+        if not line.startswith("import time:") or "imported package" in line:
+            continue
+        parts = line.split("|")
+        if len(parts) != 3:
+            continue
+        try:
+            self_us = int(parts[0].split(":", 1)[1])
+        except ValueError:
+            continue
+        name = parts[2].rstrip()
+        depth = (len(name) - len(name.lstrip()) - 1) // 2
+        node = (name.strip(), self_us / 1e6, pending.pop(depth + 1, []))
+        pending.setdefault(depth, []).append(node)
+    out = dict.fromkeys(("startup", "pydantic", "pyroute2", "nftables", "ours", "other"), 0.0)
+
+    def walk(node: tuple, inherited: str | None) -> None:
+        name, t, children = node
+        own = _PACKAGES.get(name.split(".")[0])
+        if inherited == "startup" or name in startup or name == "site":
+            cat = "startup"
+        elif inherited in ("pydantic", "pyroute2", "nftables"):
+            cat = inherited
+        else:
+            cat = own or "other"
+        out[cat] += t
+        for child in children:
+            walk(child, cat)
+
+    for root in pending.get(0, []):
+        walk(root, None)
     return out
 
 

@@ -15,7 +15,9 @@ imports only what it needs; ``from cni_skel import Plugin`` costs the stdlib.
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # typing stays out of the VERSION path of plain scripts
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 

@@ -84,6 +84,9 @@ M = TypeVar("M", bound="CNIArgs")
 class K8sArgs(CNIArgs):
     """The keys kubelet/containerd send (CNI conventions)."""
 
+    # Built when a plugin's args model (a subclass) is first used, not at import.
+    model_config = ConfigDict(defer_build=True)
+
     k8s_pod_namespace: str = Field("", alias="K8S_POD_NAMESPACE")
     k8s_pod_name: str = Field("", alias="K8S_POD_NAME")
     k8s_pod_infra_container_id: str = Field("", alias="K8S_POD_INFRA_CONTAINER_ID")

@@ -15,6 +15,12 @@ Elements of sets that plugins share between containers carry an *attachment
 tag* (`attachment_tag`) as their nftables comment, so DEL and GC can find a
 container's entries without being told what they were.
 
+Point reads: libnftables 1.0.6 has no ``get`` in its JSON input (and prints a
+text ``get element`` as text whatever the output flag), and a listing costs
+O(elements). `lookup` asks the kernel directly (``NFT_MSG_GETSETELEM``,
+``NFT_MSG_GETCHAIN``, ...; one netlink round trip for many queries, no
+libnftables): the cost of finding an element does not grow with its set.
+
 Source: libnftables-json(5); nftables 1.0.x (Debian 12).
 """
 
@@ -23,16 +29,23 @@ from __future__ import annotations
 import errno
 import hashlib
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import ERR_INTERNAL, ERR_PLUGIN_NOT_AVAILABLE, CNIError
 
 __all__ = [
     "COMMENT_MAX",
+    "Element",
+    "GetChain",
+    "GetElement",
+    "GetSet",
+    "GetTable",
     "Nft",
     "NftError",
     "Table",
     "attachment_tag",
+    "generation",
+    "lookup",
     "nft_status",
 ]
 
@@ -213,3 +226,247 @@ def nft_status() -> None:
         nft.run([{"list": {"tables": None}}], what="nftables")
     except NftError as e:
         raise NftError(e.msg, e.errno, ERR_PLUGIN_NOT_AVAILABLE) from e
+
+
+# --- point reads over netlink ---------------------------------------------------------
+
+
+class GetElement(NamedTuple):
+    """Query: the element of set or map ``set`` with key ``key``, given as
+    libnftables JSON writes it (``"10.0.0.1"``, ``{"concat": ["tcp", 80]}``
+    or a tuple/list of the parts). ``key_type``: the set's type as
+    libnftables names it (``"ipv4_addr"``, ``["inet_proto", "inet_service"]``);
+    ``data_type``: the map's data type, None for a set. Answer: `Element`, or
+    None when there is no such element (or set, or table)."""
+
+    set: str
+    key: Any
+    key_type: str | tuple[str, ...] | list[str]
+    data_type: str | None = None
+
+
+class GetChain(NamedTuple):
+    """Query: does chain ``name`` exist? Answer: bool."""
+
+    name: str
+
+
+class GetSet(NamedTuple):
+    """Query: does set or map ``name`` exist? Answer: bool."""
+
+    name: str
+
+
+class GetTable(NamedTuple):
+    """Query: does the table exist? Answer: bool."""
+
+
+class Element(NamedTuple):
+    """An element read back: map ``data`` (decoded as the query's
+    ``data_type``; None for a set) and its ``comment`` (None without one)."""
+
+    data: Any
+    comment: str | None
+
+
+# The netlink side (messages, attributes, socket, sequence numbers, errors) is
+# pyroute2's nf_tables support (pyroute2.netlink.nfnetlink.nftsocket). What is
+# ours is nftables' data layout: how a key of a given nftables type is laid out
+# in NFTA_DATA_VALUE, which pyroute2 does not know for concatenations.
+
+_BATCH = 64  # requests per send: their answers must fit the socket's receive buffer
+_TIMEOUT = 30.0  # seconds for all the answers (a reply dropped by the kernel: an error)
+_PROTO_NUM = {"icmp": 1, "igmp": 2, "tcp": 6, "udp": 17, "gre": 47, "esp": 50, "ah": 51,
+              "icmpv6": 58, "sctp": 132, "udplite": 136}
+_PROTO_NAME = {v: k for k, v in _PROTO_NUM.items()}
+
+
+def _value_bytes(kind: str, value: Any) -> bytes:
+    """One value of nftables type ``kind`` as the kernel compares it."""
+    import ipaddress
+
+    if kind == "ipv4_addr":
+        return ipaddress.IPv4Address(value).packed
+    if kind == "ipv6_addr":
+        return ipaddress.IPv6Address(value).packed
+    if kind == "inet_proto":
+        return int(_PROTO_NUM.get(value, value) if isinstance(value, str) else value).to_bytes(1)
+    if kind == "inet_service":
+        return int(value).to_bytes(2, "big")
+    raise ValueError(f"nftables type {kind} is not supported by lookup")
+
+
+def _value(kind: str | None, raw: bytes | None) -> Any:
+    """The inverse of `_value_bytes` (raw bytes for what it does not know)."""
+    import ipaddress
+
+    if kind is None or raw is None:
+        return None
+    if kind == "ipv4_addr" and len(raw) == 4:
+        return str(ipaddress.IPv4Address(raw))
+    if kind == "ipv6_addr" and len(raw) == 16:
+        return str(ipaddress.IPv6Address(raw))
+    if kind == "inet_service" and len(raw) >= 2:
+        return int.from_bytes(raw[:2], "big")
+    if kind == "inet_proto" and raw:
+        return _PROTO_NAME.get(raw[0], raw[0])
+    return raw
+
+
+def _key_bytes(key_type: Any, key: Any) -> bytes:
+    """The key as the kernel holds it: one field as is; a concatenation with
+    each field padded to 32 bits (nftables evaluates a concatenation into
+    consecutive 4-byte registers, and its set key is that register image)."""
+    if isinstance(key_type, str):
+        return _value_bytes(key_type, key)
+    parts = key["concat"] if isinstance(key, dict) else list(key)
+    if len(parts) != len(key_type):
+        raise ValueError(f"key {key!r} does not match type {key_type!r}")
+    out = b""
+    for kind, part in zip(key_type, parts, strict=True):
+        raw = _value_bytes(kind, part)
+        out += raw + b"\0" * (-len(raw) % 4)
+    return out
+
+
+def _message(query: Any, table: str) -> tuple[int, Any]:
+    """(NFT_MSG_GET* type, pyroute2 message) asking ``query`` about ``table``."""
+    from pyroute2.netlink.nfnetlink import nftsocket as n
+
+    if isinstance(query, GetElement):
+        key = {"attrs": [("NFTA_DATA_VALUE", _key_bytes(query.key_type, query.key))]}
+        msg = n.nft_set_elem_list_msg()
+        msg["attrs"] = [("NFTA_SET_ELEM_LIST_TABLE", table), ("NFTA_SET_ELEM_LIST_SET", query.set),
+                        ("NFTA_SET_ELEM_LIST_ELEMENTS", [{"attrs": [("NFTA_SET_ELEM_KEY", key)]}])]
+        return n.NFT_MSG_GETSETELEM, msg
+    if isinstance(query, GetChain):
+        msg = n.nft_chain_msg()
+        msg["attrs"] = [("NFTA_CHAIN_TABLE", table), ("NFTA_CHAIN_NAME", query.name)]
+        return n.NFT_MSG_GETCHAIN, msg
+    if isinstance(query, GetSet):
+        msg = n.nft_set_msg()
+        msg["attrs"] = [("NFTA_SET_TABLE", table), ("NFTA_SET_NAME", query.name)]
+        return n.NFT_MSG_GETSET, msg
+    if isinstance(query, GetTable):
+        msg = n.nft_table_msg()
+        msg["attrs"] = [("NFTA_TABLE_NAME", table)]
+        return n.NFT_MSG_GETTABLE, msg
+    raise TypeError(f"not a lookup query: {query!r}")
+
+
+def _element(query: GetElement, answer: Any) -> Element | None:
+    """The `Element` in a NEWSETELEM answer (pyroute2's decoding)."""
+    for elem in answer.get_attr("NFTA_SET_ELEM_LIST_ELEMENTS") or ():
+        data = elem.get_attr("NFTA_SET_ELEM_DATA")
+        udata = elem.get_attr("NFTA_SET_ELEM_USERDATA") or ()
+        comment = next((v for k, v in udata if k == "NFTNL_UDATA_SET_ELEM_COMMENT"), None) \
+            if isinstance(udata, list) else None
+        return Element(_value(query.data_type, data and data.get_attr("NFTA_DATA_VALUE")),
+                       None if comment is None else comment.decode(errors="replace"))
+    return None
+
+
+def _exchange(family: str, messages: list[tuple[int, Any]]) -> list[tuple[list[Any], int]]:
+    """Send the requests on one pyroute2 nf_tables socket, ``_BATCH`` per
+    send, and collect each one's answer: (its messages, 0) or ([], errno).
+    The answers stop after the first error other than ENOENT: nfnetlink
+    answers a send it refuses as a whole (EPERM without CAP_NET_ADMIN) once.
+
+    Raises:
+        NftError: the socket failed (no nfnetlink), or answers were missing
+            after ``_TIMEOUT`` seconds.
+    """
+    import asyncio
+
+    from pyroute2.netlink import NLM_F_REQUEST
+    from pyroute2.netlink.exceptions import NetlinkError
+    from pyroute2.netlink.nfnetlink import NFNL_SUBSYS_NFTABLES
+    from pyroute2.netlink.nfnetlink import nftsocket as n
+    from pyroute2.netlink.nlsocket import NetlinkRequest
+
+    nfproto = {"inet": n.NFPROTO_INET, "ip": n.NFPROTO_IPV4, "ip6": n.NFPROTO_IPV6,
+               "arp": n.NFPROTO_ARP, "bridge": n.NFPROTO_BRIDGE, "netdev": n.NFPROTO_NETDEV}[family]
+
+    async def exchange() -> list[tuple[list[Any], int]]:
+        # pyroute2's nlm_request_batch, keeping each request's own error
+        # (there, the first error ends the batch or all errors are dropped).
+        out: list[tuple[list[Any], int]] = []
+        async with asyncio.timeout(_TIMEOUT), n.AsyncNFTSocket(nfgen_family=nfproto) as sock:
+            for start in range(0, len(messages), _BATCH):
+                requests = []
+                for kind, msg in messages[start:start + _BATCH]:
+                    msg["nfgen_family"] = nfproto
+                    req = NetlinkRequest(sock, msg, msg_type=(NFNL_SUBSYS_NFTABLES << 8) | kind,
+                                         msg_flags=NLM_F_REQUEST)
+                    await req.prepare()
+                    requests.append(req)
+                sock.send(b"".join(req.msg.data for req in requests))
+                for req in requests:
+                    try:
+                        out.append(([m async for m in req.response()], 0))
+                    except NetlinkError as e:
+                        out.append(([], e.code))
+                        if e.code != errno.ENOENT:
+                            return out
+        return out
+
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(exchange())
+    except TimeoutError as e:
+        raise NftError(f"nftables netlink: no answer in {_TIMEOUT:.0f} s", errno.ETIMEDOUT) from e
+    except OSError as e:
+        raise NftError(f"nftables netlink: {e.strerror or e}", e.errno) from e
+    finally:
+        loop.close()
+
+
+def lookup(family: str, table: str, queries: Iterable[Any]) -> list[Any]:
+    """Answer each query (`GetElement`, `GetChain`, `GetSet`, `GetTable`) about
+    table ``family name``, straight from the kernel: one netlink request per
+    query, sent together (a point read: its cost does not depend on how many
+    elements the sets hold), in the calling thread's network namespace. A
+    missing table answers None/False to everything. Nothing is changed.
+
+    Raises:
+        NftError: the kernel refused a query for another reason than
+            ENOENT (EPERM without CAP_NET_ADMIN, ...).
+    """
+    import os
+
+    qs = list(queries)
+    if not qs:
+        return []
+    done = _exchange(family, [_message(q, table) for q in qs])
+    for _, err in done:
+        if err not in (0, errno.ENOENT):
+            raise NftError(f"nftables lookup in {family} {table}: {os.strerror(err)}", err)
+    answers: list[Any] = []
+    for q, (replies, err) in zip(qs, done, strict=True):
+        if isinstance(q, GetElement):
+            answers.append(next((_element(q, r) for r in replies), None) if err == 0 else None)
+        else:
+            answers.append(err == 0)
+    return answers
+
+
+def generation() -> int:
+    """The nftables ruleset generation of the calling thread's network
+    namespace: every committed transaction adds one (tests count
+    transactions with it).
+
+    Raises:
+        NftError: the kernel refused (EPERM without CAP_NET_ADMIN).
+    """
+    import os
+
+    from pyroute2.netlink.nfnetlink import nftsocket as n
+
+    [(replies, err)] = _exchange("inet", [(n.NFT_MSG_GETGEN, n.nft_gen_msg())])
+    if err:
+        raise NftError(f"nftables generation: {os.strerror(err)}", err)
+    for reply in replies:
+        gen = reply.get_attr("NFTA_GEN_ID")
+        if gen is not None:
+            return gen
+    raise NftError("nftables generation: no NFTA_GEN_ID in the answer", None)

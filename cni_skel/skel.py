@@ -179,8 +179,20 @@ def dispatch(plugin: type[Plugin], env: Mapping[str, str], stdin_data: bytes,
     Pure with respect to the process: reads only ``env`` and ``stdin_data``,
     writes diagnostics (about text, tracebacks) to ``stderr`` (default
     sys.stderr). stdout is always empty or exactly one JSON document: a
-    Result, a VersionResult, or an Error object (exit 1).
+    Result, a VersionResult, or an Error object (exit 1). With
+    ``CNI_SKEL_TRACE`` in ``env`` the call is also appended to that file
+    (`cni_skel.trace`).
     """
+    out, code = _dispatch(plugin, env, stdin_data, stderr)
+    if env.get("CNI_SKEL_TRACE"):
+        from .trace import record
+
+        record(plugin.name, env, stdin_data, out, code)
+    return out, code
+
+
+def _dispatch(plugin: type[Plugin], env: Mapping[str, str], stdin_data: bytes,
+              stderr: IO[str] | None) -> tuple[bytes, int]:
     err_out = stderr if stderr is not None else sys.stderr
     version: str | None = None
     try:
@@ -267,9 +279,19 @@ def _result_bytes(result: Any, version: str) -> bytes:
     return _dumps(result.to_version(version))
 
 
+def _prepare_process(cmd: str) -> None:
+    # One call in a fresh process: pyroute2's package init and pydantic's
+    # plugin lookup are skipped where that changes nothing (cni_skel.startup).
+    if cmd not in ("", "VERSION"):
+        from .startup import prepare
+
+        prepare()
+
+
 def _main(plugin: type[Plugin]) -> int:
     env = os.environ
     cmd = env.get("CNI_COMMAND", "")
+    _prepare_process(cmd)
     data = b""
     read_error = None
     # Go skips stdin for VERSION; we read it (to echo cniVersion) unless a
@@ -301,4 +323,5 @@ def _main(plugin: type[Plugin]) -> int:
 
 def run_plugin_main(ref: str) -> None:
     """Entry of an installed executable: import ``"module:Class"`` and run it."""
+    _prepare_process(os.environ.get("CNI_COMMAND", ""))  # before the plugin's own imports
     _resolve(ref).main()

@@ -86,7 +86,7 @@ def allocated(tmp_path, name="brnet"):
     if not d.exists():
         return []
     return sorted(p.name for p in d.iterdir()
-                  if p.name != "lock" and not p.name.startswith("last_reserved_ip"))
+                  if p.name != "lock" and not p.name.startswith(("last_reserved_ip", ".")))
 
 
 def ip_of(result, version=4):

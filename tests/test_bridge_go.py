@@ -123,4 +123,4 @@ def test_pods_of_both_on_one_bridge(bridge, go_cni_dir, node_netns, netns_factor
     run_plugin(go_bridge, "DEL", c, container_id="go", netns=go_pod.path, node=node_netns,
                cni_path=go_cni_dir)
     assert sorted(p.name for p in (tmp_path / "vecnet").iterdir()
-                  if not p.name.startswith(("lock", "last_"))) == []
+                  if not p.name.startswith(("lock", "last_", "."))) == []

@@ -524,8 +524,8 @@ def test_gc_keeps_going_past_bad_files(hl, data_dir, node_netns):
     assert err.code == 5 and "2 entries" in err.msg
     assert "10.70.0.90" in err.details and "10.70.0.91" in err.details
     assert sorted(p.name for p in d.iterdir()) == [
-        "10.70.0.90", "10.70.0.91", "last_reserved_ip.0", "last_reserved_ip.1", "lock",
-        "notes.txt"]
+        ".cni-skel-index", "10.70.0.90", "10.70.0.91", "last_reserved_ip.0",
+        "last_reserved_ip.1", "lock", "notes.txt"]
     assert os.path.exists("/etc/hostname")
 
 

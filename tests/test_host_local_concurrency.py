@@ -2,7 +2,9 @@
 small range by 10 plugin processes at a time, 8 streams of ours and 2 of
 Debian's Go host-local on the same store (so the shared flock is exercised
 across implementations too). No address may be handed to two live
-containers, and nothing may leak.
+containers, and nothing may leak. Then parallel ADDs of both, each
+implementation checking and releasing the other's: our owner index must
+agree with the files throughout.
 
 Sizing: a run of ours costs ~150 ms of CPU, nearly all interpreter and SDK
 import start-up, so 280 ADD + 280 DEL of ours take ~50 s on 2 cores; Go's
@@ -17,6 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from test_host_local import NET, NETNS, allocated, conf
+from test_host_local_index import assert_index_right
 
 from cni_skel.harness import run_plugin
 
@@ -73,5 +76,41 @@ def test_parallel_allocate_release(cni_bin, go_cni_dir, tmp_path, node_netns):
     assert allocated(data_dir) == {}, "every address released"
     assert len(seen) == 48, "the whole range was used (and so reused)"
     leftovers = sorted(p.name for p in (data_dir / NET).iterdir())
-    assert leftovers == ["last_reserved_ip.0", "lock"], leftovers
+    assert leftovers == [".cni-skel-index", "last_reserved_ip.0", "lock"], leftovers
     print(f"400 allocations and releases in {elapsed:.1f} s")
+
+
+def test_parallel_adds_then_each_releases_the_others(cni_bin, go_cni_dir, tmp_path,
+                                                     node_netns):
+    data_dir = tmp_path / "ipam"
+    c = conf(data_dir, "1.0.0", subnet="10.91.0.0/24")
+    exe = {"ours": os.path.join(cni_bin, "host-local"),
+           "go": os.path.join(go_cni_dir, "host-local")}
+
+    def call(impl: str, cmd: str, cid: str):
+        return run_plugin(exe[impl], cmd, c, container_id=cid, netns=NETNS, node=node_netns,
+                          timeout=120)
+
+    def adds(impl: str, w: int, count: int) -> dict[str, str]:
+        return {f"{impl}{w}-{k}": call(impl, "ADD", f"{impl}{w}-{k}")["ips"][0]["address"]
+                for k in range(count)}
+
+    jobs = [("ours", w, 6) for w in range(6)] + [("go", w, 12) for w in range(2)]
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        got: dict[str, str] = {}
+        for part in [f.result() for f in [pool.submit(adds, *job) for job in jobs]]:
+            got.update(part)
+    assert len(got) == 60 and len(set(got.values())) == 60, "no address twice"
+    assert allocated(data_dir) == {a.split("/")[0]: f"{cid}\r\neth0".encode()
+                                   for cid, a in got.items()}
+    other = {"ours": "go", "go": "ours"}
+    owner = {cid: ("ours" if cid.startswith("ours") else "go") for cid in got}
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda cid: call(other[owner[cid]], "CHECK", cid), got))
+    call("ours", "DEL", "nobody")
+    assert_index_right(data_dir, NET)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda cid: call(other[owner[cid]], "DEL", cid), got))
+    assert allocated(data_dir) == {}
+    call("ours", "DEL", "nobody")
+    assert_index_right(data_dir, NET)

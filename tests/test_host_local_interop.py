@@ -1,14 +1,17 @@
 """host-local interop with Debian's Go host-local (v1.1.1, cniVersion up to
 1.0.0) on one shared dataDir: each releases, checks and collects what the
 other allocated, both see each other's reservations, and the round-robin
-position (last_reserved_ip.N) carries over between them."""
+position (last_reserved_ip.N) carries over between them. Our owner index
+(.cni-skel-index/) is left alone by Go and follows whatever Go changes."""
 
 from __future__ import annotations
 
 import os
+import random
 
 import pytest
 from test_host_local import NET, NETNS, addrs, allocated, conf, fails, verb
+from test_host_local_index import assert_index_right
 
 from cni_skel.harness import run_plugin
 
@@ -55,8 +58,11 @@ def test_identical_bytes_on_disk(impls, tmp_path, node_netns):
         c = conf(d, "1.0.0", **DUAL)
         for cid in ("b1", "b2"):
             run(exe, "ADD", c, node_netns, cid, ifname="net3")
-        trees[impl] = {p.name: p.read_bytes() for p in (d / NET).iterdir() if p.name != "lock"}
+        trees[impl] = {p.name: p.read_bytes() for p in (d / NET).iterdir()
+                       if p.name not in ("lock", ".cni-skel-index")}
     assert trees["ours"] == trees["go"]
+    assert (tmp_path / "ours" / NET / ".cni-skel-index").is_dir(), "ours adds only its index"
+    assert not (tmp_path / "go" / NET / ".cni-skel-index").exists()
 
 
 def test_check_and_gc_with_ours_on_go_allocations(impls, data_dir, node_netns):
@@ -98,3 +104,62 @@ def test_old_id_only_files_are_released_by_both(impls, data_dir, node_netns):
         (data_dir / NET / ip).write_bytes(f"old-{impl}".encode())
         run(impls[impl], "DEL", c, node_netns, f"old-{impl}", ifname="whatever")
     assert allocated(data_dir) == {}
+
+
+def test_go_leaves_our_index_alone_and_ours_follows_go(impls, data_dir, node_netns):
+    c = conf(data_dir, "1.0.0", **DUAL)
+    for cid in ("x1", "x2"):
+        run(impls["ours"], "ADD", c, node_netns, cid)
+    idx = data_dir / NET / ".cni-skel-index"
+    before = {p.name: p.read_bytes() for p in idx.iterdir()}
+    assert "stamp" in before and len(before) >= 2
+    # Go walks the whole directory, our index included, for CHECK, ADD and DEL.
+    run(impls["go"], "CHECK", c, node_netns, "x1")
+    fails(run, impls["go"], "CHECK", c, node_netns, "nobody")
+    fails(run, impls["go"], "ADD", c, node_netns, "x2")
+    assert addrs(run(impls["go"], "ADD", c, node_netns, "g1")) == ["10.80.0.4/24", "fd80::4/64"]
+    run(impls["go"], "DEL", c, node_netns, "x1")
+    run(impls["go"], "DEL", c, node_netns, "nobody")
+    assert {p.name: p.read_bytes() for p in idx.iterdir()} == before, "Go changed none of it"
+    # Ours, next, sees what Go did.
+    assert fails(run, impls["ours"], "CHECK", c, node_netns, "x1").code == 3
+    run(impls["ours"], "CHECK", c, node_netns, "g1")
+    assert fails(run, impls["ours"], "ADD", c, node_netns, "g1").code == 4
+    assert addrs(run(impls["ours"], "ADD", c, node_netns, "x1")) == ["10.80.0.5/24",
+                                                                     "fd80::5/64"]
+    assert_index_right(data_dir, NET)
+    run(impls["ours"], "DEL", c, node_netns, "g1")
+    for cid in ("x1", "x2"):
+        run(impls["go"], "DEL", c, node_netns, cid)
+    assert allocated(data_dir) == {}
+
+
+def test_interleaved_with_go_both_ways(impls, data_dir, node_netns):
+    """40 random steps, each by ours or Go, checked against a model: every
+    verb of each sees exactly what the other left."""
+    rnd = random.Random(7)  # every (implementation, verb, outcome) at least twice
+    c = conf(data_dir, "1.0.0", subnet="10.83.0.0/28")  # .2 - .14: 13 addresses
+    live: dict[str, str] = {}
+    known = [f"k{i}" for i in range(16)]
+    for _ in range(40):
+        impl = rnd.choice(("ours", "go"))
+        cid = rnd.choice(known)
+        cmd = rnd.choice(("ADD", "ADD", "DEL", "CHECK"))
+        where = f"{impl} {cmd} {cid} with {sorted(live.items())}"
+        if cmd == "ADD" and cid not in live and len(live) < 13:
+            ip = addrs(run(impls[impl], "ADD", c, node_netns, cid))[0].split("/")[0]
+            assert ip not in live.values(), where
+            live[cid] = ip
+        elif cmd == "ADD":
+            fails(run, impls[impl], "ADD", c, node_netns, cid)
+        elif cmd == "DEL":
+            run(impls[impl], "DEL", c, node_netns, cid)
+            live.pop(cid, None)
+        elif cid in live:
+            run(impls[impl], "CHECK", c, node_netns, cid)
+        else:
+            fails(run, impls[impl], "CHECK", c, node_netns, cid)
+        assert allocated(data_dir) == {ip: f"{k}\r\neth0".encode() for k, ip in live.items()}, \
+            where
+    run(impls["ours"], "DEL", c, node_netns, "nobody")
+    assert_index_right(data_dir, NET)

@@ -5,12 +5,27 @@ from __future__ import annotations
 
 import errno
 import json
+import subprocess
+import sys
 
 import pytest
 
 from cni_skel.errors import ERR_PLUGIN_NOT_AVAILABLE
 from cni_skel.netns import NetNS
-from cni_skel.nft import COMMENT_MAX, Nft, NftError, attachment_tag, nft_status
+from cni_skel.nft import (
+    COMMENT_MAX,
+    Element,
+    GetChain,
+    GetElement,
+    GetSet,
+    GetTable,
+    Nft,
+    NftError,
+    attachment_tag,
+    generation,
+    lookup,
+    nft_status,
+)
 from cni_skel.skel import dispatch
 
 
@@ -60,6 +75,92 @@ def test_transaction_is_atomic_and_listing_reads_back(node_netns):
         nft_status()
 
     _in(node_netns, work)
+
+
+def test_lookup_reads_single_elements_and_generation_counts_commits(node_netns):
+    T = {"family": "inet", "table": "t"}
+    PP = ["inet_proto", "inet_service"]
+    APP = ["ipv6_addr", "inet_proto", "inet_service"]
+
+    def work():
+        assert lookup("inet", "t", [GetTable(), GetChain("c"), GetSet("m"),
+                                    GetElement("m", ["tcp", 80], PP, "ipv4_addr")]) == [
+            False, False, False, None]
+        g0 = generation()
+        nft = Nft()
+        nft.run([
+            {"add": {"table": {"family": "inet", "name": "t"}}},
+            {"add": {"chain": {**T, "name": "c"}}},
+            {"add": {"map": {**T, "name": "m", "type": PP, "map": "ipv4_addr"}}},
+            {"add": {"map": {**T, "name": "p", "type": PP, "map": "inet_service"}}},
+            {"add": {"map": {**T, "name": "m6", "type": APP, "map": "ipv6_addr"}}},
+            {"add": {"set": {**T, "name": "pair", "type": ["ipv4_addr", "ipv4_addr"]}}},
+            {"add": {"set": {**T, "name": "one", "type": "ipv4_addr"}}},
+            {"add": {"element": {**T, "name": "m", "elem": [
+                [{"elem": {"val": {"concat": ["tcp", 80]}, "comment": "a/eth0"}}, "10.5.0.1"]]}}},
+            {"add": {"element": {**T, "name": "p", "elem": [
+                [{"elem": {"val": {"concat": ["sctp", 9]}}}, 8080]]}}},
+            {"add": {"element": {**T, "name": "m6", "elem": [
+                [{"elem": {"val": {"concat": ["fd00::1", "udp", 53]},
+                           "comment": "x" * COMMENT_MAX}}, "fd00::5"]]}}},
+            {"add": {"element": {**T, "name": "pair", "elem": [
+                {"elem": {"val": {"concat": ["10.5.0.1", "10.5.0.1"]}, "comment": "h/eth0"}}]}}},
+            {"add": {"element": {**T, "name": "one", "elem": ["10.5.0.9"]}}},
+        ])
+        assert generation() == g0 + 1, "one batch, one generation"
+        got = lookup("inet", "t", [
+            GetTable(), GetChain("c"), GetChain("nope"), GetSet("m"), GetSet("pair"), GetSet("no"),
+            GetElement("m", ("tcp", 80), PP, "ipv4_addr"),
+            GetElement("m", {"concat": ["tcp", 81]}, PP, "ipv4_addr"),
+            GetElement("p", ["sctp", 9], PP, "inet_service"),
+            GetElement("m6", ("fd00:0::1", "udp", 53), APP, "ipv6_addr"),
+            GetElement("pair", ("10.5.0.1", "10.5.0.1"), ["ipv4_addr", "ipv4_addr"]),
+            GetElement("one", "10.5.0.9", "ipv4_addr"),
+            GetElement("nope", "10.5.0.9", "ipv4_addr"),
+        ])
+        assert got == [True, True, False, True, True, False,
+                       Element("10.5.0.1", "a/eth0"), None, Element(8080, None),
+                       Element("fd00::5", "x" * COMMENT_MAX), Element(None, "h/eth0"),
+                       Element(None, None), None]
+        # more queries than one send: answers stay in order
+        many = [GetElement("m", ("tcp", 80 + i % 2), PP, "ipv4_addr") for i in range(150)]
+        assert lookup("inet", "t", many) == [Element("10.5.0.1", "a/eth0"), None] * 75
+        assert lookup("inet", "t", []) == []
+        assert generation() == g0 + 1, "reads commit nothing"
+        with pytest.raises(ValueError):
+            lookup("inet", "t", [GetElement("m", ("tcp", 80), ["inet_proto"], "ipv4_addr")])
+
+    _in(node_netns, work)
+
+
+def test_lookup_without_cap_net_admin_fails_at_once(node_netns):
+    """nfnetlink refuses a whole send without CAP_NET_ADMIN with one EPERM:
+    lookup raises it (for all its queries) instead of waiting for the other
+    answers; and importing cni_skel.nft loads no netlink library."""
+    code = """
+import json, sys, time
+import cni_skel.nft as nft
+light = not [m for m in sys.modules if m.split(".")[0] in ("pyroute2", "asyncio", "nftables")]
+out = {"light": light}
+for name, fn in (("lookup", lambda: nft.lookup("inet", "t", [nft.GetTable(), nft.GetChain("c"),
+                                                             nft.GetSet("s")] * 50)),
+                 ("generation", nft.generation)):
+    t = time.monotonic()
+    try:
+        fn()
+    except nft.NftError as e:
+        out[name] = [e.errno, time.monotonic() - t]
+print(json.dumps(out))
+"""
+    proc = subprocess.run(["ip", "netns", "exec", node_netns.name, "setpriv",
+                           "--inh-caps=-net_admin", "--bounding-set=-net_admin",
+                           sys.executable, "-I", "-c", code],
+                          capture_output=True, text=True, timeout=60, check=True)
+    out = json.loads(proc.stdout)
+    assert out["light"]
+    for name in ("lookup", "generation"):
+        err, took = out[name]
+        assert err == errno.EPERM and took < 10, (name, out)
 
 
 def test_status_is_50_without_libnftables(monkeypatch):

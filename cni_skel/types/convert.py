@@ -22,7 +22,7 @@ reference plugins 1.1.1 do.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationError
 
@@ -37,7 +37,9 @@ from .current import (
     Result,
     Route,
 )
-from .legacy import Result020, Result040
+
+if TYPE_CHECKING:
+    from .legacy import Result020, Result040
 
 __all__ = [
     "SUPPORTED_VERSIONS",
@@ -61,7 +63,8 @@ _VERSIONS_1X = frozenset(("1.0.0", "1.1.0"))
 class ErrorResult(CNIModel):
     """The spec's Error object, as printed by a failing plugin."""
 
-    model_config = ConfigDict(extra="ignore")
+    # Built on first use: a plugin call seldom reads one (start-up cost).
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     cni_version: str | None = Field(None, alias="cniVersion")
     code: int
@@ -76,7 +79,7 @@ class ErrorResult(CNIModel):
 class VersionResult(CNIModel):
     """The answer to the VERSION command."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     cni_version: str = Field(alias="cniVersion")
     supported_versions: list[str] = Field(alias="supportedVersions")
@@ -189,10 +192,14 @@ def parse_result(data: dict | str | bytes, version: str | None = None) -> Result
         if ver in _VERSIONS_1X:
             result = Result.model_validate(obj)
         elif ver in _VERSIONS_04X:
+            from .legacy import Result040  # models built only when an old result comes
+
             result = _from_040(Result040.model_validate(obj))
         elif _looks_current(obj):
             result = Result.model_validate(obj)
         else:
+            from .legacy import Result020
+
             result = _from_020(Result020.model_validate(obj))
     except ValidationError as exc:
         raise CNIError(ERR_DECODING_FAILURE, "failed to decode result", _describe(exc)) from None

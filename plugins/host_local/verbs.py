@@ -6,13 +6,17 @@ Go host-local processes on one node exclude each other. ADD holds the lock
 for the whole allocation: it checks every range set and every requested
 address first and writes only when all can be granted, so it never leaves
 half an allocation behind on a refusal.
+
+ADD, CHECK and DEL cost the same whatever the number of allocations: they
+find the container's addresses through the store's owner index
+(`Store.owned`), and ADD tries candidate addresses one lstat at a time from
+``last_reserved_ip.N`` on, as Go does. GC and STATUS read the whole store.
 """
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
+from collections.abc import Callable
 from ipaddress import ip_interface
 
 from cni_skel.env import CmdArgs
@@ -46,13 +50,11 @@ def _store(ipam: LoadedIPAM) -> Store:
         raise CNIError(ERR_INVALID_NETWORK_CONFIG, str(exc)) from None
 
 
-def _held(scan: Scan, container_id: str, ifname: str) -> list[IP]:
+def _held(store: Store, container_id: str, ifname: str) -> list[IP]:
     """Addresses of (ID, ifname) as Go's ReleaseByID/FindByID see them: the
     new-format files, or else the old ID-only ones."""
-    owned = [ip for ip, o in scan.owners.items() if o and o.matches(container_id, ifname)]
-    if owned:
-        return owned
-    return [ip for ip, o in scan.owners.items() if o and o.matches_legacy(container_id)]
+    new, old = store.owned(container_id, ifname)
+    return new or old
 
 
 # --- ADD -----------------------------------------------------------------------
@@ -114,10 +116,8 @@ def _plan(store: Store, ipam: LoadedIPAM, cid: str, ifname: str) -> list[tuple[i
         raise CNIError(leftover[0].code, "failed to allocate all requested IPs: "
                        + " ".join(str(r.ip) for r in leftover), "; ".join(why))
 
-    scan = store.scan()
-    taken = scan.taken()
-    mine = [ip for ip, o in scan.owners.items()
-            if o and (o.matches(cid, ifname) or o.matches_legacy(cid))]
+    new, old = store.owned(cid, ifname)
+    mine = new + old
     for idx, rset in enumerate(ipam.range_sets):
         dup = next((ip for ip in mine if rset.contains(ip)), None)
         if dup is not None:
@@ -128,23 +128,30 @@ def _plan(store: Store, ipam: LoadedIPAM, cid: str, ifname: str) -> list[tuple[i
                            f"CNI_CONTAINERID {cid} with CNI_IFNAME {ifname} already holds {dup}")
 
     picks: list[tuple[int, IP, Range]] = []
+    picked: set[IP] = set()
+
+    def taken(ip: IP) -> bool:
+        return ip in picked or store.occupied(ip)
+
     for idx, (rset, req) in enumerate(zip(ipam.range_sets, per_set, strict=True)):
         if req is not None:
             picks.append((idx, req.ip, _check_requested(idx, rset, req, taken)))
+            picked.add(req.ip)
             continue
         choice = next(((ip, r) for ip, r in walk(rset, store.last_reserved(idx))
-                       if ip not in taken), None)
+                       if not taken(ip)), None)
         if choice is None:
             raise CNIError(ERR_PLUGIN_NOT_AVAILABLE, f"failed to allocate for range {idx}: "
                            f"no IP addresses available in range set: {rset}",
                            f"all {rset.allocatable_count()} allocatable addresses are in use; "
                            "a DEL or GC of this network frees some")
-        taken.add(choice[0])
+        picked.add(choice[0])
         picks.append((idx, *choice))
     return picks
 
 
-def _check_requested(idx: int, rset: RangeSet, req: Requested, taken: set[IP]) -> Range:
+def _check_requested(idx: int, rset: RangeSet, req: Requested,
+                     taken: Callable[[IP], bool]) -> Range:
     r = rset.range_for(req.ip)
     assert r is not None  # _unmatched_requests matched it to this set
     prefix = f"failed to allocate for range {idx}: "
@@ -154,15 +161,16 @@ def _check_requested(idx: int, rset: RangeSet, req: Requested, taken: set[IP]) -
     if r.reserved(req.ip):
         raise CNIError(req.code, f"{prefix}requested ip {req.ip} is the network or broadcast "
                        f"address of {r.subnet}", f"from {req.source}")
-    if req.ip in taken:
+    if taken(req.ip):
         raise CNIError(req.code, f"{prefix}requested IP address {req.ip} is not available in "
                        f"range set {rset}", f"from {req.source}; another container holds it")
     return r
 
 
 def _commit(store: Store, picks: list[tuple[int, IP, Range]], cid: str, ifname: str) -> None:
-    """Write the address files, then last_reserved_ip.N; on an I/O error
-    remove the files this call wrote and re-raise."""
+    """Write the address files, then last_reserved_ip.N, then the index; on
+    an I/O error remove the files this call wrote and re-raise (the index,
+    not updated, is then stale and rebuilt by the next call)."""
     written: list[IP] = []
     try:
         for _, ip, _ in picks:
@@ -170,6 +178,7 @@ def _commit(store: Store, picks: list[tuple[int, IP, Range]], cid: str, ifname: 
             written.append(ip)
         for idx, ip, _ in picks:
             store.set_last_reserved(idx, ip)
+        store.index_add(cid, ifname, written)
     except OSError:
         for ip in written:
             try:
@@ -197,11 +206,15 @@ def delete(args: CmdArgs, conf: HostLocalConf) -> None:
     failed = []
     try:
         with store.lock():
-            for ip in _held(store.scan(), args.container_id, args.ifname):
+            released = []
+            for ip in _held(store, args.container_id, args.ifname):
                 try:
                     store.release(ip)
+                    released.append(ip)
                 except OSError as exc:
                     failed.append(f"{ip}: {exc.strerror or exc}")
+            if released:
+                store.index_remove(args.container_id, released)
     except OSError as exc:
         raise _io_error(f"cannot release in {store.dir}", exc) from None
     if failed:
@@ -225,7 +238,7 @@ def check(args: CmdArgs, conf: HostLocalConf) -> None:
     if store.exists():
         try:
             with store.lock():
-                held = _held(store.scan(), args.container_id, args.ifname)
+                held = _held(store, args.container_id, args.ifname)
         except OSError as exc:
             raise _io_error(f"cannot read {store.dir}", exc) from None
     if not held:
@@ -268,6 +281,7 @@ def gc(args: CmdArgs, conf: HostLocalConf) -> None:
         with store.lock():
             scan = store.scan()
             problems.extend(scan.problems.values())
+            kept = dict(scan.owners)
             for ip, owner in scan.owners.items():
                 if owner is not None and (
                         (owner.ifname is not None and (owner.container_id, owner.ifname) in valid)
@@ -275,9 +289,11 @@ def gc(args: CmdArgs, conf: HostLocalConf) -> None:
                     continue
                 try:
                     store.release(ip)
+                    del kept[ip]
                 except OSError as exc:
                     problems.append(f"{store.path(str(ip))}: {exc.strerror or exc}")
             problems.extend(store.remove_temp_files())
+            store.rebuild_index(Scan(kept, scan.problems))
     except OSError as exc:
         raise _io_error(f"cannot collect in {store.dir}", exc) from None
     if problems:
@@ -301,10 +317,7 @@ def status(args: CmdArgs, conf: HostLocalConf) -> None:
     try:
         store.ensure()
         with store.lock():
-            # A real write: root ignores mode bits, a read-only mount does not.
-            fd, probe = tempfile.mkstemp(prefix=".tmp-status-", dir=store.dir)
-            os.close(fd)
-            os.unlink(probe)
+            store.probe_write()
             taken = store.scan().taken()
     except OSError as exc:
         raise CNIError(ERR_PLUGIN_NOT_AVAILABLE,

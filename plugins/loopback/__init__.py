@@ -7,11 +7,14 @@ light on purpose (the skel and this class only); netlink loads in the verbs.
 
 from __future__ import annotations
 
-from typing import Any
-
-from cni_skel.env import CmdArgs
 from cni_skel.errors import ERR_INTERNAL, CNIError
 from cni_skel.skel import Plugin
+
+TYPE_CHECKING = False  # typing stays out of the VERSION path
+if TYPE_CHECKING:
+    from typing import Any
+
+    from cni_skel.env import CmdArgs
 
 __all__ = ["Loopback", "main"]
 

@@ -42,8 +42,11 @@ class PortMap(Plugin):
     CHECK: every mapping of the container is present, tagged with this
     attachment and pointing at its address and port (999 otherwise; 7
     without prevResult). DEL: removes every entry tagged with this attachment
-    (``containerID/ifname``), with or without portMappings (Go does nothing
-    without them); nothing to remove commits nothing. GC (1.1.0): removes this
+    (``containerID/ifname``), with or without portMappings and prevResult (Go
+    does nothing without portMappings), in one transaction; nothing to remove
+    commits nothing. ADD keeps a record of each attachment in the table, so
+    CHECK and DEL read only their own elements: their cost does not grow
+    with the number of pods. GC (1.1.0): removes this
     network's entries of attachments not in ``cni.dev/valid-attachments``
     (7 without the list), and this network's DNAT chains left empty by a
     change of conditions. STATUS (1.1.0): 50 when nftables can not be used.

@@ -34,6 +34,8 @@ families in one listing and one transaction)::
     set localhost4 { type ipv4_addr; }             # container IP
     set masqall4 { type ipv4_addr; }               # container IP (masqAll)
     (and the *6 twins; no localhost6: ::1 is never routed)
+    set records { type ipv6_addr; }   # per attachment: what its entries were made from
+                                      # (made with the first record)
 
 Address and port live in two maps with the same key because libnftables 1.0.6
 cannot declare a map with concatenated data (``ipv4_addr . inet_service``)
@@ -49,10 +51,24 @@ network only looks at its own maps, and conditions apply to its containers
 only. The base layout and each network's chain are created once, in a
 transaction holding a ``create chain`` that fails with EEXIST when it is
 already there.
+
+``records`` lets DEL and CHECK find an attachment's entries without listing
+anybody else's: ADD adds, in the transaction that creates the entries, one
+or more elements whose key is a 128-bit hash of the attachment tag and
+chunk number (the set's ``ipv6_addr`` type is used as an opaque 16-byte key)
+and whose comment is a `Record` of what the entries were made from (network
+groups, container addresses, host ports), e.g.
+``r1 1/1 g:n0123456789ab_89abcdef 4:10.88.0.5 tcp/8080 udp/53@10.0.0.1``. The
+record only says where to look: DEL reads the candidate elements one by one
+(`cni_skel.nft.lookup`) and removes those whose comment is still the
+attachment's tag, with the record, in one transaction. A table made before
+``records`` existed gets it from the first ADD that lists the table, with a
+record for every attachment found in it (same transaction).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import ipaddress
 import json
@@ -62,14 +78,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from cni_skel.errors import ERR_INVALID_NETWORK_CONFIG, CNIError
+from cni_skel.nft import COMMENT_MAX, GetElement
 
 from .config import PROTOCOLS
 
 __all__ = [
     "FAMILY",
+    "RECORDS",
     "SHARED_SETS",
     "TABLE",
     "Entry",
+    "Record",
     "base_layout",
     "create_cmds",
     "delete_cmds",
@@ -78,12 +97,22 @@ __all__ = [
     "group_maps",
     "network_groups",
     "network_id",
+    "nft_types",
     "normalize",
+    "query",
+    "record_cmds",
+    "record_key",
+    "record_query",
+    "records_by_prefix",
+    "records_from_entries",
+    "records_set",
+    "tag_prefix",
 ]
 
 TABLE = "cni_portmap"
 FAMILY = "inet"
 HOSTPORTS = "hostports"
+RECORDS = "records"
 _T = {"family": FAMILY, "table": TABLE}
 _P = {4: "ip", 6: "ip6"}
 _NFPROTO = {4: "ipv4", 6: "ipv6"}
@@ -162,6 +191,18 @@ def normalize(set_name: str, key: Any) -> Any:
         return None
 
 
+def nft_types(set_name: str) -> tuple[list[str], str | None]:
+    """libnftables type names of one of our sets: (key parts, map data or None)."""
+    layout = key_layout(set_name)
+    if layout is None:
+        raise ValueError(f"{set_name} is not a portmap set")
+    v = int(set_name[-1])
+    key = [{"addr": _ADDR[v], "proto": "inet_proto", "port": "inet_service"}[k] for k in layout]
+    m = _GROUP_MAP.match(set_name)
+    data = None if m is None else (_ADDR[v] if m.group(3) in ("a", "ha") else "inet_service")
+    return key, data
+
+
 @dataclass(frozen=True)
 class Entry:
     """One element we want: set/map ``set``, ``key`` (canonical tuple),
@@ -184,6 +225,223 @@ class Entry:
     def elem_json(self, comment: str) -> Any:
         elem = {"elem": {"val": self.key_json(), "comment": comment}}
         return elem if self.data is None else [elem, self.data]
+
+
+def query(e: Entry) -> GetElement:
+    """The point read of ``e``'s element (its data and comment)."""
+    key, data = nft_types(e.set)
+    if len(key) == 1:
+        return GetElement(e.set, e.key[0], key[0], data)
+    return GetElement(e.set, e.key, key, data)
+
+
+# --- records ---------------------------------------------------------------------
+
+_RECORD_SALT = b"cni-skel portmap record\0"
+_RECORD_TAG = "r1"
+_CHUNK = COMMENT_MAX - len(f"{_RECORD_TAG} 65536/65536 ")
+
+
+def _prefix(tag: str) -> bytes:
+    return hashlib.sha256(_RECORD_SALT + tag.encode()).digest()[:14]
+
+
+def record_key(tag: str, chunk: int = 0) -> str:
+    """The key (as an IPv6 address) of chunk ``chunk`` of ``tag``'s record."""
+    return str(ipaddress.IPv6Address(_prefix(tag) + chunk.to_bytes(2, "big")))
+
+
+def record_query(tag: str, chunk: int = 0) -> GetElement:
+    return GetElement(RECORDS, record_key(tag, chunk), "ipv6_addr")
+
+
+def records_set(create: bool = False) -> dict:
+    """``add set records`` (``create``: EEXIST when it is there)."""
+    return {"create" if create else "add": {"set": {**_T, "name": RECORDS,
+                                                    "type": "ipv6_addr"}}}
+
+
+@dataclass(frozen=True)
+class Record:
+    """What an attachment's entries were made from: network groups ``gids``,
+    container addresses ``ips`` ((version, address)), host ports ``ports``
+    ((protocol, host port, host IP or None)). Records of several ADDs of one
+    attachment are merged with ``|``."""
+
+    gids: frozenset[str] = frozenset()
+    ips: frozenset[tuple[int, str]] = frozenset()
+    ports: frozenset[tuple[str, int, str | None]] = frozenset()
+
+    def __or__(self, other: Record) -> Record:
+        return Record(self.gids | other.gids, self.ips | other.ips, self.ports | other.ports)
+
+    @classmethod
+    def of(cls, gid: str, ips: dict[int, Any], mappings: list) -> Record:
+        """The record of one ADD (container addresses ``ips``, version ->
+        address, and `PortMapping` list ``mappings``)."""
+        ports = set()
+        for m in mappings:
+            host = None if m.host_ip is None or m.host_ip.is_unspecified else str(m.host_ip)
+            ports.add((m.protocol, m.host_port, host))
+        return cls(frozenset({gid}), frozenset((v, str(ip)) for v, ip in ips.items()),
+                   frozenset(ports))
+
+    def tokens(self) -> list[str]:
+        out = [f"g:{g}" for g in sorted(self.gids)]
+        out += [f"{v}:{ip}" for v, ip in sorted(self.ips)]
+        out += [f"{p}/{port}" + (f"@{h}" if h else "")
+                for p, port, h in sorted(self.ports, key=lambda t: (t[0], t[1], t[2] or ""))]
+        return out
+
+    def chunks(self) -> list[str]:
+        """The comments of the record's elements, each within an nftables
+        comment."""
+        parts: list[list[str]] = [[]]
+        size = 0
+        for tok in self.tokens():
+            if parts[-1] and size + 1 + len(tok) > _CHUNK:
+                parts.append([])
+                size = 0
+            size += len(tok) + (1 if parts[-1] else 0)
+            parts[-1].append(tok)
+        n = len(parts)
+        return [" ".join([_RECORD_TAG, f"{i + 1}/{n}", *toks]) for i, toks in enumerate(parts)]
+
+    @staticmethod
+    def count(comment: str | None) -> int | None:
+        """How many chunks the record of which ``comment`` is one has."""
+        head = (comment or "").split(" ", 2)
+        if len(head) < 2 or head[0] != _RECORD_TAG:
+            return None
+        _i, _, n = head[1].partition("/")
+        return int(n) if n.isdigit() and int(n) > 0 else None
+
+    @classmethod
+    def parse(cls, comments: list[str | None]) -> Record | None:
+        """The record of chunk comments ``comments`` (in order); None when
+        they do not make one (a chunk missing, another format)."""
+        gids: set[str] = set()
+        ips: set[tuple[int, str]] = set()
+        ports: set[tuple[str, int, str | None]] = set()
+        n = len(comments)
+        try:
+            for i, comment in enumerate(comments):
+                words = (comment or "").split()
+                if words[:2] != [_RECORD_TAG, f"{i + 1}/{n}"]:
+                    return None
+                for tok in words[2:]:
+                    kind, sep, rest = tok.partition(":")
+                    if sep and kind == "g":
+                        gids.add(rest)
+                    elif sep and kind in ("4", "6"):
+                        ip = ipaddress.ip_address(rest)
+                        if ip.version != int(kind):
+                            return None
+                        ips.add((ip.version, str(ip)))
+                    else:
+                        proto_port, _, host = tok.partition("@")
+                        proto, sep, port = proto_port.partition("/")
+                        if not sep or proto not in PROTOCOLS:
+                            return None
+                        ports.add((proto, int(port),
+                                   str(ipaddress.ip_address(host)) if host else None))
+        except ValueError:
+            return None
+        return cls(frozenset(gids), frozenset(ips), frozenset(ports))
+
+    def entries(self) -> list[Entry]:
+        """Every element ADDs with this record may have made (no data): where
+        DEL looks."""
+        out: dict[tuple[str, tuple], Entry] = {}
+
+        def add(name: str, key: tuple) -> None:
+            out.setdefault((name, key), Entry(name, key))
+
+        for v, ip in sorted(self.ips):
+            used = False
+            for proto, port, host in sorted(self.ports, key=lambda t: (t[0], t[1], t[2] or "")):
+                if host is not None and ipaddress.ip_address(host).version != v:
+                    continue
+                used = True
+                add(f"claims{v}", (host or _UNSPEC[v], proto, port))
+                for gid in sorted(self.gids):
+                    if host is None:
+                        add(f"{gid}_a{v}", (proto, port))
+                        add(f"{gid}_p{v}", (proto, port))
+                    else:
+                        add(f"{gid}_ha{v}", (host, proto, port))
+                        add(f"{gid}_hp{v}", (host, proto, port))
+            if used:
+                add(f"hairpin{v}", (ip, ip))
+                add(f"masqall{v}", (ip,))
+                if v == 4:
+                    add("localhost4", (ip,))
+        return list(out.values())
+
+
+def record_cmds(tag: str, record: Record) -> list[dict]:
+    """``create element`` of ``tag``'s record (EEXIST when one is there)."""
+    elems = [{"elem": {"val": record_key(tag, i), "comment": c}}
+             for i, c in enumerate(record.chunks())]
+    return [{"create": {"element": {**_T, "name": RECORDS, "elem": elems}}}]
+
+
+def records_by_prefix(listed: Iterable[tuple[Any, Any, str | None]]
+                      ) -> dict[bytes, list[tuple[int, str, str | None]]]:
+    """Listed ``records`` elements grouped by attachment (hash prefix):
+    ``[(chunk, key as listed, comment)]`` sorted by chunk."""
+    out: dict[bytes, list[tuple[int, str, str | None]]] = {}
+    for key, _data, comment in listed:
+        try:
+            raw = ipaddress.IPv6Address(key).packed
+        except (ValueError, TypeError):
+            continue
+        out.setdefault(raw[:14], []).append((int.from_bytes(raw[14:], "big"), key, comment))
+    for chunks in out.values():
+        chunks.sort()
+    return out
+
+
+def tag_prefix(tag: str) -> bytes:
+    """The hash prefix of ``tag``'s record keys (see `records_by_prefix`)."""
+    return _prefix(tag)
+
+
+def records_from_entries(listed: dict[str, Iterable[tuple[Any, Any, str | None]]]
+                         ) -> dict[str, Record]:
+    """Records rebuilt from listed entries (set name -> its ``(key, data,
+    comment)``), by tag: for a table made before ``records``."""
+    gids: dict[str, set] = {}
+    ips: dict[str, set] = {}
+    ports: dict[str, set] = {}
+    for name, elems in listed.items():
+        layout = key_layout(name)
+        if layout is None:
+            continue
+        v = int(name[-1])
+        m = _GROUP_MAP.match(name)
+        for key, data, comment in elems:
+            norm = normalize(name, key)
+            if comment is None or norm is None:
+                continue
+            for d in (gids, ips, ports):
+                d.setdefault(comment, set())
+            if m is not None:
+                gids[comment].add(f"{m.group(1)}_{m.group(2)}")
+                kind = m.group(3)
+                if kind in ("a", "p"):
+                    ports[comment].add((norm[0], norm[1], None))
+                else:
+                    ports[comment].add((norm[1], norm[2], norm[0]))
+                if kind in ("a", "ha") and data is not None:
+                    with contextlib.suppress(ValueError):
+                        ips[comment].add((v, str(ipaddress.ip_address(data))))
+            elif name.startswith("claims"):
+                host = None if norm[0] == _UNSPEC[v] else norm[0]
+                ports[comment].add((norm[1], norm[2], host))
+            else:  # hairpin, localhost, masqall: the container address
+                ips[comment].add((v, norm[0]))
+    return {t: Record(frozenset(gids[t]), frozenset(ips[t]), frozenset(ports[t])) for t in gids}
 
 
 def create_cmds(entries: Iterable[Entry], comment: str) -> list[dict]:

@@ -1,4 +1,13 @@
-"""portmap's verbs: ADD, CHECK, DEL, GC, STATUS (layout in `.layout`)."""
+"""portmap's verbs: ADD, CHECK, DEL, GC, STATUS (layout in `.layout`).
+
+Cost: ADD (no conflict), CHECK and DEL do not grow with the number of other
+pods' mappings: ADD is one ``create element`` transaction (the kernel refuses
+a taken key), CHECK and DEL read only the elements they are about
+(`cni_skel.nft.lookup`, guided by the attachment's record, see `.layout`),
+DEL then deletes those still tagged with its attachment in one transaction.
+Only the rare paths list the whole table: ADD after a conflict or over its
+own entries, DEL in a table made before records, GC.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +24,17 @@ from cni_skel.errors import (
     ERR_TRY_AGAIN_LATER,
     CNIError,
 )
-from cni_skel.nft import Nft, NftError, Table, attachment_tag, nft_status
+from cni_skel.nft import (
+    GetChain,
+    GetSet,
+    GetTable,
+    Nft,
+    NftError,
+    Table,
+    attachment_tag,
+    lookup,
+    nft_status,
+)
 
 from . import layout as L
 from .config import PROTOCOLS, PortMapConf
@@ -141,10 +160,34 @@ def _layout_cmds(table: Table | None, conf: PortMapConf, gid: str,
     return cmds
 
 
-def _apply_add(nft: Nft, conf: PortMapConf, gid: str, want: list[L.Entry], tag: str) -> None:
-    # Fast path, one transaction: the layout is there and no key is taken.
+def _record_cmds(table: Table | None, tag: str, record: L.Record) -> list[dict]:
+    """Commands that leave ``tag``'s record covering ``record`` (merged with
+    the one there). A table without the records set gets it, with a record
+    for every attachment found in it (made by an older version)."""
+    if table is None or L.RECORDS not in table.sets:
+        listed = {} if table is None else {n: list(table.entries(n))
+                                           for n in [*table.sets, *table.maps]}
+        found = L.records_from_entries(listed)
+        record = found.pop(tag, L.Record()) | record
+        cmds = [L.records_set(create=True)]
+        for other, rec in sorted(found.items()):
+            cmds += L.record_cmds(other, rec)
+        return cmds + L.record_cmds(tag, record)
+    chunks = L.records_by_prefix(table.entries(L.RECORDS)).get(L.tag_prefix(tag), [])
+    old = L.Record.parse([c for _, _, c in chunks]) if chunks else None
+    merged = (old or L.Record()) | record
+    if old is not None and merged == old:
+        return []
+    return L.delete_cmds([(L.RECORDS, key) for _, key, _ in chunks]) + L.record_cmds(tag, merged)
+
+
+def _apply_add(nft: Nft, conf: PortMapConf, gid: str, want: list[L.Entry], tag: str,
+               record: L.Record) -> None:
+    # Fast path, one transaction: the layout is there, no key is taken and the
+    # attachment has no record yet.
     try:
-        nft.run(L.create_cmds(want, tag), what="portmap: adding port mappings")
+        nft.run(L.create_cmds(want, tag) + L.record_cmds(tag, record),
+                what="portmap: adding port mappings")
         return
     except NftError as e:
         if e.errno not in (errno.ENOENT, errno.EEXIST):
@@ -156,6 +199,7 @@ def _apply_add(nft: Nft, conf: PortMapConf, gid: str, want: list[L.Entry], tag: 
         table = nft.table(L.FAMILY, L.TABLE)
         elements, notes = _plan(table, want, tag)
         cmds = _layout_cmds(table, conf, gid, cache) + elements
+        cmds += _record_cmds(table, tag, record)
         if not cmds:
             return
         try:
@@ -179,18 +223,85 @@ def _tagged_keys(table: Table, tags: set[str], names: Any = None) -> list[tuple[
     return out
 
 
+def _record_keys(table: Table, tags: set[str]) -> list[tuple[str, Any]]:
+    prefixes = {L.tag_prefix(t) for t in tags}
+    return [(L.RECORDS, key)
+            for prefix, chunks in L.records_by_prefix(table.entries(L.RECORDS)).items()
+            if prefix in prefixes for _, key, _ in chunks]
+
+
 def _remove_tags(nft: Nft, tags: set[str], what: str) -> None:
-    """Delete every element tagged with one of ``tags``; commit nothing when
-    there is none."""
+    """Delete every element tagged with one of ``tags``, and their records,
+    found by listing the table (O(elements)); commit nothing when there is
+    none."""
     for _ in range(_ATTEMPTS):
         table = nft.table(L.FAMILY, L.TABLE)
-        keys = _tagged_keys(table, tags) if table is not None else []
+        keys = _tagged_keys(table, tags) + _record_keys(table, tags) if table is not None else []
         if not keys:
             return
         try:
             nft.run(L.delete_cmds(keys), what=what)
             return
         except NftError as e:
+            if e.errno != errno.ENOENT:
+                raise
+    raise CNIError(ERR_TRY_AGAIN_LATER, f"{what}: nftables table {L.FAMILY} {L.TABLE} "
+                   "kept changing")
+
+
+def _read_record(tag: str) -> tuple[bool | None, list[str], L.Record | None]:
+    """Point reads of ``tag``'s record: (the records set exists, None when
+    the table does not; keys of the record's elements found; the record,
+    None when there is none or it can not be read)."""
+    has_table, has_set, first = lookup(L.FAMILY, L.TABLE, [GetTable(), GetSet(L.RECORDS),
+                                                           L.record_query(tag)])
+    if not has_table:
+        return None, [], None
+    if not has_set or first is None:
+        return has_set, [], None
+    keys, comments = [L.record_key(tag)], [first.comment]
+    n = L.Record.count(first.comment) or 1
+    if n > 1:
+        more = lookup(L.FAMILY, L.TABLE, [L.record_query(tag, i) for i in range(1, n)])
+        for i, el in enumerate(more, 1):
+            if el is not None:
+                keys.append(L.record_key(tag, i))
+            comments.append(None if el is None else el.comment)
+    return True, keys, L.Record.parse(comments)
+
+
+def _remove(tag: str, hint: list[L.Entry], what: str, nft: Nft | None = None) -> None:
+    """Delete the elements of attachment ``tag`` and its record, in one
+    transaction; commit nothing when there is none. Candidates come from the
+    record (and ``hint``, the entries this config would make); each is read
+    back and deleted only while it still carries ``tag``: a record left
+    stale (entries removed by GC, taken over) deletes nothing of others.
+    Without a records set (a table of an older version) or with a record
+    that can not be read, the table is listed instead."""
+    for _ in range(_ATTEMPTS):
+        has_set, rec_keys, record = _read_record(tag)
+        if has_set is None:  # no table: nothing to remove
+            return
+        if not has_set or (rec_keys and record is None):
+            _remove_tags(nft or Nft(), {tag}, what)
+            return
+        seen: set[tuple[str, tuple]] = set()
+        cands = []
+        for e in (record.entries() if record is not None else []) + hint:
+            if (e.set, e.key) not in seen:
+                seen.add((e.set, e.key))
+                cands.append(e)
+        found = lookup(L.FAMILY, L.TABLE, [L.query(e) for e in cands])
+        keys = [(e.set, e.key_json()) for e, el in zip(cands, found, strict=True)
+                if el is not None and el.comment == tag]
+        keys += [(L.RECORDS, k) for k in rec_keys]
+        if not keys:
+            return
+        nft = nft or Nft()
+        try:
+            nft.run(L.delete_cmds(keys), what=what)
+            return
+        except NftError as e:  # something went meanwhile: read again
             if e.errno != errno.ENOENT:
                 raise
     raise CNIError(ERR_TRY_AGAIN_LATER, f"{what}: nftables table {L.FAMILY} {L.TABLE} "
@@ -270,12 +381,12 @@ def add(args: CmdArgs, conf: PortMapConf) -> Any:
     tag = attachment_tag(args.container_id, args.ifname)
     ips = container_ips(conf, args.ifname)
     nft = Nft()
-    _apply_add(nft, conf, gid, want, tag)
+    _apply_add(nft, conf, gid, want, tag, L.Record.of(gid, ips, conf.port_mappings))
     if conf.snat_enabled and 4 in ips:
         try:
             _route_localnet(conf, ips[4])
         except CNIError as e:
-            _remove_tags(nft, {tag}, "portmap: rolling back")
+            _remove(tag, want, "portmap: rolling back", nft)
             raise CNIError(e.code, f"portmap: unable to enable route_localnet: {e.msg}",
                            e.details) from e
     _flush_udp(conf, ips)
@@ -290,29 +401,33 @@ def check(args: CmdArgs, conf: PortMapConf) -> None:
     if not want:
         return
     tag = attachment_tag(args.container_id, args.ifname)
-    table = Nft().table(L.FAMILY, L.TABLE)
-    if table is None:
+    chains = (L.HOSTPORTS, f"dnat_{gid}")
+    answers = lookup(L.FAMILY, L.TABLE, [GetTable(), *(GetChain(c) for c in chains),
+                                         *(L.query(e) for e in want)])
+    if not answers[0]:
         raise CNIError(ERR_INTERNAL, f"portmap: nftables table {L.FAMILY} {L.TABLE} is missing")
-    problems = []
-    for chain in (L.HOSTPORTS, f"dnat_{gid}"):
-        if chain not in table.chains:
-            problems.append(f"chain {chain} is missing")
-    index = _index(table, {e.set for e in want})
-    for e in want:
-        cur = index.get((e.set, e.key))
-        if cur is None:
+    problems = [f"chain {c} is missing" for c, ok in zip(chains, answers[1:3], strict=True)
+                if not ok]
+    for e, el in zip(want, answers[3:], strict=True):
+        if el is None:
             problems.append(f"{e.what}: missing from {e.set}")
-        elif cur[1] != tag:
-            problems.append(f"{e.what}: {e.set} entry belongs to {cur[1]}")
-        elif cur[0] != e.data:
-            problems.append(f"{e.what}: {e.set} holds {cur[0]}, not {e.data}")
+        elif el.comment != tag:
+            problems.append(f"{e.what}: {e.set} entry belongs to {el.comment}")
+        elif el.data != e.data:
+            problems.append(f"{e.what}: {e.set} holds {el.data}, not {e.data}")
     if problems:
         raise CNIError(ERR_INTERNAL, f"portmap: {problems[0]}", "; ".join(problems))
 
 
 def delete(args: CmdArgs, conf: PortMapConf) -> None:
-    _remove_tags(Nft(), {attachment_tag(args.container_id, args.ifname)},
-                 "portmap: removing port mappings")
+    hint: list[L.Entry] = []
+    if conf.port_mappings and conf.prev_result is not None:
+        try:
+            hint = _wanted(args, conf)[1]
+        except CNIError:  # mappings that ADD would refuse: nothing of them was made
+            hint = []
+    _remove(attachment_tag(args.container_id, args.ifname), hint,
+            "portmap: removing port mappings")
 
 
 def gc(args: CmdArgs, conf: PortMapConf) -> None:
@@ -351,7 +466,16 @@ def _gc_cmds(table: Table, nid: str, current: str, valid: set[str]) -> list[dict
             for _key, _data, comment in table.entries(name):
                 if comment is not None and comment not in valid:
                     stale.add(comment)
+    stale_records = _stale_records(table, nid, valid)
+    # shared-set entries left without map entries: their record says whose
+    for name in L.SHARED_SETS:
+        for _key, _data, comment in table.entries(name):
+            if (comment is not None and comment not in stale and comment not in valid
+                    and L.tag_prefix(comment) in stale_records):
+                stale.add(comment)
     cmds: list[dict] = []
+    records = L.delete_cmds([(L.RECORDS, k) for chunks in stale_records.values()
+                             for k in chunks])
     dropped: set[str] = set()
     for gid, maps in groups.items():
         if gid == current:
@@ -370,10 +494,26 @@ def _gc_cmds(table: Table, nid: str, current: str, valid: set[str]) -> list[dict
             cmds += [{"delete": {"map": {"family": L.FAMILY, "table": L.TABLE, "name": m}}}
                      for m in maps]
     if not stale:
-        return cmds
+        return records + cmds
     names = [m for maps in groups.values() for m in maps if m not in dropped]
     names += [s for s in L.SHARED_SETS if s in table.sets]
-    return L.delete_cmds(_tagged_keys(table, stale, names)) + cmds
+    return L.delete_cmds(_tagged_keys(table, stale, names)) + records + cmds
+
+
+def _stale_records(table: Table, nid: str, valid: set[str]) -> dict[bytes, list[str]]:
+    """The records of this network's attachments that are not valid: hash
+    prefix -> keys of its elements (a record naming another network's group
+    too is left alone)."""
+    keep = {L.tag_prefix(t) for t in valid}
+    out = {}
+    for prefix, chunks in L.records_by_prefix(table.entries(L.RECORDS)).items():
+        if prefix in keep:
+            continue
+        record = L.Record.parse([c for _, _, c in chunks])
+        if record is not None and record.gids and all(g.startswith(nid + "_")
+                                                       for g in record.gids):
+            out[prefix] = [key for _, key, _ in chunks]
+    return out
 
 
 def status(args: CmdArgs, conf: PortMapConf) -> None:
