@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .modes import MODES, PLUGINS, Mode, ModeUnavailable
@@ -835,22 +836,27 @@ def importtime(stderr: str, nested: bool = False) -> dict[str, float]:
     """Top-level modules of a -X importtime trace -> cumulative seconds
     (``nested``: every module, where it was first imported)."""
     out: dict[str, float] = {}
+    for _self_us, cumulative_us, name in _importtime_lines(stderr):
+        if name.startswith("  ") and not nested:  # counted in its parent's cumulative
+            continue
+        if nested and name.strip() in out:
+            continue
+        out[name.strip()] = out.get(name.strip(), 0.0) + cumulative_us / 1e6
+    return out
+
+
+def _importtime_lines(stderr: str) -> Iterator[tuple[int, int, str]]:
+    """(self µs, cumulative µs, indented module name) of each -X importtime line."""
     for line in stderr.splitlines():
         if not line.startswith("import time:") or "imported package" in line:
             continue
         parts = line.split("|")
         if len(parts) != 3:
             continue
-        name = parts[2]
-        if name.startswith("  ") and not nested:  # counted in its parent's cumulative
-            continue
-        if nested and name.strip() in out:
-            continue
         try:
-            out[name.strip()] = out.get(name.strip(), 0.0) + int(parts[1]) / 1e6
+            yield int(parts[0].split(":", 1)[1]), int(parts[1]), parts[2].rstrip()
         except ValueError:
             continue
-    return out
 
 
 _PACKAGES = {"pydantic": "pydantic", "pydantic_core": "pydantic", "annotated_types": "pydantic",
@@ -865,17 +871,7 @@ def import_split(stderr: str, startup: set[str]) -> dict[str, float]:
     the plugins: module bodies, so pydantic model classes), other, and startup
     (what a bare interpreter imports, and site)."""
     pending: dict[int, list] = {}
-    for line in stderr.splitlines():
-        if not line.startswith("import time:") or "imported package" in line:
-            continue
-        parts = line.split("|")
-        if len(parts) != 3:
-            continue
-        try:
-            self_us = int(parts[0].split(":", 1)[1])
-        except ValueError:
-            continue
-        name = parts[2].rstrip()
+    for self_us, _cumulative_us, name in _importtime_lines(stderr):
         depth = (len(name) - len(name.lstrip()) - 1) // 2
         node = (name.strip(), self_us / 1e6, pending.pop(depth + 1, []))
         pending.setdefault(depth, []).append(node)
