@@ -60,6 +60,11 @@ class Mode:
     def close(self) -> None:
         """Stop whatever install() started."""
 
+    def helper_cpu(self) -> float:
+        """CPU seconds used so far by long-lived helpers of this mode that
+        wait4 on the plugin process does not see (0: none)."""
+        return 0.0
+
 
 class GoMode(Mode):
     key, label = "go", "Go 1.1.1"
@@ -121,8 +126,8 @@ class InProcMode(OneShotMode):
 
 class WarmMode(OneShotMode):
     """Launchers (`cni-skel install` default) handing calls to `cni-skel worker`.
-    wait4 sees the launcher only: CPU and RSS exclude the worker's forked
-    child, so read this mode's wall times; its CPU/RSS are a lower bound."""
+    wait4 sees the launcher only: per-call CPU and RSS exclude the worker's
+    forked child (a lower bound); churn adds the worker's CPU (`helper_cpu`)."""
 
     key, label = "warm", "ours warm"
 
@@ -156,6 +161,14 @@ class WarmMode(OneShotMode):
             time.sleep(0.3)
         self.close()
         raise ModeUnavailable("cni-skel worker did not answer within 20 s")
+
+    def helper_cpu(self) -> float:
+        """The worker's CPU, its own (accepting, forking) plus its reaped
+        children's (the requests): utime, stime, cutime, cstime of
+        /proc/<pid>/stat, in clock ticks."""
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
     def close(self) -> None:
         proc = getattr(self, "proc", None)

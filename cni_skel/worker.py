@@ -425,7 +425,10 @@ class Worker:
         for other in self.children.values():
             if other["conn"] is not None:
                 other["conn"].close()
-        _rehearse(self.plugins)
+        # Rehearsing moves a request's first-touch costs to idle time; with a
+        # connection already waiting (a burst) it would only add CPU to it.
+        if not select.select([self.sock], [], [], 0)[0]:
+            _rehearse(self.plugins)
         conn = self._accept()
         if conn is None:
             return _IDLE_EXIT
