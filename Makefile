@@ -10,9 +10,10 @@ PY       := $(VENV)/bin/python
 # portmap; containernetworking-plugins: the Go reference plugins (/usr/lib/cni)
 # for interop tests and benchmarks; python3-venv: Debian's venv module;
 # containerd + runc + busybox-static: the end-to-end test (tests/test_containerd.py),
-# which runs its own containerd in a test namespace.
+# which runs its own containerd in a test namespace; gcc + libc6-dev: the native
+# launchers `cni-skel install` compiles (and the bench's spawner).
 SYS_PKGS := iproute2 nftables libnftables1 containernetworking-plugins python3 python3-venv \
-            containerd runc busybox-static
+            containerd runc busybox-static gcc libc6-dev
 
 .PHONY: all deps venv demo test install lint bench bench-quick clean
 

@@ -476,16 +476,10 @@ class Bench:
                 self.record(mode, "portmap", "ADD", r, "scale-pm-fill", False, {})
 
     def traced_argv(self, exe: str) -> list[str]:
-        """``exe`` run as its shebang says, plus ``-X importtime``."""
-        try:
-            with open(exe, "rb") as fp:
-                line = fp.readline().decode()
-        except OSError:
-            line = ""
-        parts = line[2:].split() if line.startswith("#!") else []
-        if not parts or os.path.basename(parts[0]) == "sh":
-            parts = [sys.executable, "-I"]
-        return [*parts, "-X", "importtime", exe]
+        """``exe``'s Python command line plus ``-X importtime``."""
+        from cni_skel.install import python_argv
+
+        return python_argv(exe, ("-X", "importtime"))
 
     def profile(self) -> None:
         """Where each one-shot call of ours spends its time: one pod through

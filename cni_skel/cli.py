@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shlex
 import sys
 import tempfile
 import time
@@ -26,148 +25,16 @@ from typing import Any
 
 import click
 
+from .install import (
+    DEFAULT_WORKER_SOCKET,
+    LAUNCHERS,
+    launcher_info,
+    plugin_registry,
+    write_executable,
+)
+
 __all__ = ["CNICommandError", "describe_error", "main", "plugin_registry",
            "write_executable"]
-
-MARKER = "written by `cni-skel install`"
-DEFAULT_WORKER_SOCKET = "/run/cni-skel/worker.sock"  # = cni_skel.launcher.DEFAULT_SOCKET
-
-
-def plugin_registry() -> dict[str, str]:
-    """Installed plugins: executable name -> ``"module:Class"``."""
-    from importlib.metadata import entry_points
-
-    return {ep.name: ep.value for ep in entry_points(group="cni_skel.plugins")}
-
-
-def _script(ref: str, name: str, python: str, pythonpath: list[str] | None = None) -> str:
-    """The one-shot executable: the plugin runs in a fresh interpreter each call."""
-    from . import __version__
-
-    prefix = f"import sys; sys.path[:0] = {pythonpath!r}; " if pythonpath else ""
-    body = (f"# CNI plugin {name!r}, {MARKER} (cni-skel {__version__}).\n"
-            f"{prefix}from cni_skel.skel import run_plugin_main\n"
-            f"run_plugin_main({ref!r})\n")
-    if _needs_sh(python):
-        code = f"{prefix}from cni_skel.skel import run_plugin_main; run_plugin_main({ref!r})"
-        return (f"#!/bin/sh\n# CNI plugin {name!r}, {MARKER} (cni-skel {__version__}).\n"
-                f"exec {shlex.quote(python)} -I -c {shlex.quote(code)} \"$@\"\n")
-    # -I (isolated): the runtime's PYTHONPATH, PYTHONHOME, user site and the
-    # script's directory never reach the plugin's imports.
-    return f"#!{python} -I\n{body}"
-
-
-def _needs_sh(python: str) -> bool:
-    # A shebang cannot carry such a path; go through sh (one extra exec).
-    return any(c.isspace() for c in python) or len(python) > 120
-
-
-def _supported_versions(ref: str, pythonpath: list[str] | None) -> tuple[str, ...] | None:
-    """The plugin's ``supported_versions``, for the launcher's local VERSION
-    answer; None when it cannot be imported here (VERSION then runs it)."""
-    from .skel import _resolve
-
-    saved = list(sys.path)
-    sys.path[:0] = pythonpath or []
-    try:
-        return tuple(_resolve(ref).supported_versions)
-    except Exception:
-        return None
-    finally:
-        sys.path[:] = saved
-
-
-def _launcher_script(ref: str, name: str, python: str, pythonpath: list[str] | None,
-                     worker_socket: str) -> str:
-    """The launcher executable: loads `cni_skel.launcher` (from its cached
-    bytecode when fresh: compiling the source costs ~5 ms a call) and calls
-    ``launch``. Only builtin modules are imported (no site, no importlib)."""
-    import py_compile
-
-    from . import __version__
-    from .version import ALL_VERSIONS, CURRENT_VERSION
-
-    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher.py")
-    with contextlib.suppress(OSError, py_compile.PyCompileError):
-        py_compile.compile(src, doraise=True)  # the bytecode the executable loads
-    head = (f"# CNI plugin {name!r}, {MARKER} (cni-skel {__version__}): a launcher for\n"
-            f"# `cni-skel worker` on {worker_socket} (one-shot in-process without it).\n")
-    body = f"""import marshal, os, sys
-_src = {src!r}
-try:  # the cached bytecode, if it is the current source's (timestamp pyc)
-    _pyc = os.path.join(os.path.dirname(_src), "__pycache__",
-                        "launcher." + sys.implementation.cache_tag + ".pyc")
-    with open(_pyc, "rb") as _f:
-        _data = _f.read()
-    _st = os.stat(_src)
-    if _data[:8] != sys.modules["_frozen_importlib_external"].MAGIC_NUMBER + bytes(4) or \\
-            _data[8:16] != ((int(_st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
-                            + (_st.st_size & 0xFFFFFFFF).to_bytes(4, "little")):
-        raise ValueError("stale")
-    _code = marshal.loads(_data[16:])
-except (OSError, ValueError, EOFError, TypeError, KeyError):
-    with open(_src, "rb") as _f:
-        _code = compile(_f.read(), _src, "exec")
-_launcher = {{"__name__": "cni_skel_launcher"}}
-exec(_code, _launcher)
-_launcher["launch"]({ref!r}, {worker_socket!r}, {_supported_versions(ref, pythonpath)!r},
-                    {list(pythonpath or [])!r}, {ALL_VERSIONS!r}, {CURRENT_VERSION!r})
-"""
-    if _needs_sh(python):
-        # sh runs line 4 (exec); Python reads it as a string literal.
-        q3 = "'" * 3
-        return (f"#!/bin/sh\n{head}'{q3}exec {shlex.quote(python)} -IS \"$0\" \"$@\" # {q3}\n"
-                f"{body}")
-    # -S: site (the venv's .pth files) costs ~13 ms a call; the one-shot
-    # fallback loads it when it is needed.
-    return f"#!{python} -IS\n{head}{body}"
-
-
-def write_executable(bin_dir: str, name: str, ref: str, *, python: str | None = None,
-                     force: bool = False, pythonpath: list[str] | None = None,
-                     worker_socket: str | None = DEFAULT_WORKER_SOCKET) -> str:
-    """Write ``bin_dir/name`` running plugin ``ref`` with interpreter ``python``
-    (default: this one, absolute, so no venv activation is needed). Atomic
-    (temp file + rename), mode 0755. ``pythonpath``: directories put first on
-    sys.path (for plugins that are not installed packages, e.g. in tests).
-
-    ``worker_socket``: the executable is a launcher (`cni_skel.launcher`)
-    that hands each call to ``cni-skel worker`` on this unix socket (env
-    ``CNI_SKEL_WORKER_SOCKET`` overrides it at run time), answers VERSION
-    itself, and runs the plugin in-process when no worker answers. None: a
-    plain one-shot script.
-
-    Raises:
-        click.ClickException: when a file that is not ours is in the way and
-            ``force`` is false.
-    """
-    python = os.path.abspath(python or sys.executable)
-    target = os.path.join(bin_dir, name)
-    if os.path.lexists(target) and not force:
-        try:
-            with open(target, "rb") as fp:
-                head = fp.read(512)
-        except OSError:
-            head = b""
-        if MARKER.encode() not in head:
-            raise click.ClickException(
-                f"{target} exists and was not written by cni-skel (use --force to replace it)")
-    if worker_socket is None:
-        text = _script(ref, name, python, pythonpath)
-    else:
-        text = _launcher_script(ref, name, python, pythonpath, worker_socket)
-    os.makedirs(bin_dir, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=bin_dir)
-    try:
-        with os.fdopen(fd, "w") as fp:
-            fp.write(text)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return target
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
@@ -198,16 +65,19 @@ def main() -> None:
               metavar="PATH", help="Socket of `cni-skel worker` the launchers try first.")
 @click.option("--one-shot", is_flag=True,
               help="Write plain one-shot scripts instead of worker launchers.")
+@click.option("--launcher", type=click.Choice(LAUNCHERS), default="auto", show_default=True,
+              help="native: compiled (needs cc; ~0.3 ms a call); python: an -IS script "
+                   "(~9 ms); auto: native when it compiles, else python.")
 @click.argument("names", nargs=-1)
 def install(bin_dir: str, python: str | None, force: bool, worker_socket: str, one_shot: bool,
-            names: tuple[str, ...]) -> None:
+            launcher: str, names: tuple[str, ...]) -> None:
     """Write plugin executables NAMES (default: all registered) into BIN_DIR.
 
-    Each is a small launcher run by this Python (absolute path, isolated
-    mode): it answers VERSION itself, hands other verbs to `cni-skel worker`
-    on --worker-socket, and runs the plugin in-process when no worker
-    answers (--one-shot: plain in-process scripts). Files not written by
-    cni-skel are left alone unless --force."""
+    Each is a small launcher: it hands every call to `cni-skel worker` on
+    --worker-socket, answers VERSION itself, and runs the plugin in-process
+    with this Python (absolute path, isolated mode) when no worker answers
+    (--one-shot: plain in-process scripts). Files not written by cni-skel
+    are left alone unless --force."""
     registry = plugin_registry()
     chosen = list(names) or sorted(registry)
     unknown = [n for n in chosen if n not in registry]
@@ -216,8 +86,10 @@ def install(bin_dir: str, python: str | None, force: bool, worker_socket: str, o
             f"unknown plugin(s) {', '.join(unknown)}; available: {', '.join(sorted(registry))}")
     for name in chosen:
         path = write_executable(bin_dir, name, registry[name], python=python, force=force,
-                                worker_socket=None if one_shot else worker_socket)
-        click.echo(f"installed {path}")
+                                worker_socket=None if one_shot else worker_socket,
+                                launcher=launcher)
+        info = launcher_info(path)
+        click.echo(f"installed {path} ({info['kind'] + ' launcher' if info else 'one-shot'})")
 
 
 @main.command(epilog="\b\nExamples:\n"

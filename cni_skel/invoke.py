@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import IO, Any
 
@@ -41,6 +41,7 @@ __all__ = [
     "find_plugin",
     "get_version_info",
     "ipam_add_guard",
+    "set_in_process_runner",
 ]
 
 #: Seconds a delegated plugin may run before it is killed (code 11 then).
@@ -91,6 +92,13 @@ def exec_plugin(plugin_path: str, command: str, stdin_data: bytes, env: Mapping[
     if extra_env:
         child_env.update(extra_env)
     name = os.path.basename(plugin_path)
+    if _in_process_runner is not None:
+        import io
+
+        captured = io.StringIO()
+        done = _in_process_runner(plugin_path, child_env, stdin_data, captured)
+        if done is not None:
+            return _outcome(name, done[1], done[0], captured.getvalue().encode(), stderr)
     limit = DEFAULT_TIMEOUT if timeout is None else timeout
     for attempt in range(_ETXTBSY_RETRIES + 1):
         try:
@@ -107,20 +115,47 @@ def exec_plugin(plugin_path: str, command: str, stdin_data: bytes, env: Mapping[
                 continue
             raise CNIError(ERR_INTERNAL, f'failed to run plugin "{name}": {exc.strerror}',
                            plugin_path) from None
-    err_text = proc.stderr.decode("utf-8", "replace")
-    _pass_stderr(proc.stderr, stderr)
-    if proc.returncode == 0:
-        return proc.stdout
+    return _outcome(name, proc.returncode, proc.stdout, proc.stderr, stderr)
+
+
+def _outcome(name: str, returncode: int, out: bytes, err: bytes,
+             sink: IO[str] | None) -> bytes:
+    # A finished plugin run: its stdout, or its error as a CNIError.
+    err_text = err.decode("utf-8", "replace")
+    _pass_stderr(err, sink)
+    if returncode == 0:
+        return out
     try:
-        data = json.loads(proc.stdout)
+        data = json.loads(out)
     except ValueError:
         data = None
     if isinstance(data, dict) and "code" in data:
         raise CNIError.from_dict(data, stderr=err_text)
     tail = err_text.strip().splitlines()[-5:]
-    raise CNIError(ERR_INTERNAL, f'plugin "{name}" failed with exit status {proc.returncode}',
-                   " | ".join(tail) or proc.stdout.decode("utf-8", "replace")[:500],
+    raise CNIError(ERR_INTERNAL, f'plugin "{name}" failed with exit status {returncode}',
+                   " | ".join(tail) or out.decode("utf-8", "replace")[:500],
                    stderr=err_text)
+
+
+#: (plugin_path, env, stdin, stderr) -> (stdout, exit code), or None to exec
+#: the file as usual; see `set_in_process_runner`.
+InProcessRunner = Callable[[str, Mapping[str, str], bytes, IO[str]], "tuple[bytes, int] | None"]
+_in_process_runner: InProcessRunner | None = None
+
+
+def set_in_process_runner(runner: InProcessRunner | None) -> None:
+    """Let ``runner`` serve `exec_plugin` calls without a new process.
+
+    For `cni_skel.worker`: a warm worker's child runs a delegated plugin
+    (bridge's host-local) in-process when the executable found in CNI_PATH is
+    a launcher that would hand the call to that same worker anyway. The
+    runner gets the delegate's full environment (CNI_COMMAND set) and stdin
+    and writes the delegate's diagnostics to the given stream; its answer is
+    judged exactly as an exec'd plugin's (exit code, Error object). None
+    (default) turns it off.
+    """
+    global _in_process_runner
+    _in_process_runner = runner
 
 
 def _pass_stderr(data: bytes | None, sink: IO[str] | None) -> None:

@@ -1,5 +1,9 @@
 """The thin client an installed plugin executable runs (warm worker mode).
 
+The native launcher (``launcher.c``, the default where a C compiler exists)
+does the common path -- connect, send, relay -- itself and execs the code
+below for everything else (``launch(..., native=[mode, detail])``).
+
 Each executable ``cni-skel install`` writes is ``#!<python> -IS`` plus a few
 lines that load this file (its cached bytecode via ``marshal`` when fresh)
 into a fresh namespace and call ``launch(...)`` with the plugin's ref and the
@@ -427,16 +431,49 @@ def _try_again_later(msg, details, data, all_versions, current):
     sys.exit(1)
 
 
+def _not_served(ref, pythonpath, why, data, path, all_versions, current):
+    """The worker certainly did not run the request: run it here, or (worker
+    required) refuse to with code 11."""
+    if not _worker_required():
+        return one_shot(ref, pythonpath, data)
+    _try_again_later(
+        "cni-skel worker required but it did not serve the request",
+        f"{why} (socket {path}); {REQUIRED_ENV} is set, so the plugin was not run "
+        "in-process", data or b"", all_versions, current)
+
+
+def _gone(why, path, data, all_versions, current):
+    """The worker took the request and no whole answer came: code 11."""
+    _try_again_later(
+        "cni-skel worker went away during the request",
+        f"{why} (socket {path}); the plugin may or may not have run: try again later",
+        data, all_versions, current)
+
+
 def launch(ref, socket_path=DEFAULT_SOCKET, supported=None, pythonpath=(),
-           all_versions=(), current="1.1.0"):
+           all_versions=(), current="1.1.0", native=None):
     """Entry point of an installed executable for plugin ``ref``
     (``"module:Class"``); exits the process with the plugin's exit code.
 
     ``supported``: the plugin's ``supported_versions`` (None: ask the plugin);
     ``all_versions``/``current``: ``cni_skel.version`` values, for the
     cniVersion of the code-11 error when the worker vanishes.
+    ``native``: ``[mode, detail]`` when the native launcher (launcher.c)
+    hands over: ``launch`` (do everything as usual), ``notserved`` (the worker
+    certainly did not run it: ``detail`` says why) or ``gone`` (it took the
+    request and no answer came); stdin is then the request's, replayed.
     """
     pythonpath = list(pythonpath or ())
+    mode, detail = [*(native or ()), "launch", ""][:2]
+    if mode in ("notserved", "gone"):
+        path = os.environ.get(SOCKET_ENV) or socket_path
+        try:
+            data = _read_stdin()
+        except OSError:
+            data = b""
+        if mode == "gone":
+            _gone(detail, path, data, all_versions, current)
+        return _not_served(ref, pythonpath, detail, data, path, all_versions, current)
     cmd = os.environ.get("CNI_COMMAND", "")
     if cmd == "VERSION" and supported is not None:
         try:
@@ -452,13 +489,7 @@ def launch(ref, socket_path=DEFAULT_SOCKET, supported=None, pythonpath=(),
     required = _worker_required()
 
     def not_served(why, data):
-        # The worker certainly did not run it: run it here, or refuse to.
-        if not required:
-            return one_shot(ref, pythonpath, data)
-        _try_again_later(
-            "cni-skel worker required but it did not serve the request",
-            f"{why} (socket {path}); {REQUIRED_ENV} is set, so the plugin was not run "
-            "in-process", data or b"", all_versions, current)
+        return _not_served(ref, pythonpath, why, data, path, all_versions, current)
 
     try:
         sock = connect(path)
@@ -482,10 +513,7 @@ def launch(ref, socket_path=DEFAULT_SOCKET, supported=None, pythonpath=(),
     except _NotRun as exc:
         return not_served(str(exc), data)
     except WorkerGone as exc:
-        _try_again_later(
-            "cni-skel worker went away during the request",
-            f"{exc} (socket {path}); the plugin may or may not have run: try again later",
-            data, all_versions, current)
+        _gone(str(exc), path, data, all_versions, current)
     finally:
         sock.close()
     if status != ST_DONE:  # unknown plugin, refused, bad request: nothing ran

@@ -26,6 +26,12 @@ Same machine, same user namespace, same PID namespace and same root as the
 runtime are assumed; cgroups, rlimits, securebits and seccomp are the
 worker's.
 
+A plugin that delegates (bridge -> host-local) to an executable that is a
+launcher for this same worker (`cni_skel.install.launcher_info`: same socket
+inode, plugin warm) gets it run in the same child through
+`cni_skel.invoke.set_in_process_runner`, as the worker would run it anyway,
+without a launcher exec and a fork; any other delegate is exec'd as usual.
+
 Children isolate requests (setns, crashes, memory) and run in parallel;
 host-local's lock file works across them as across processes. Only root
 peers are served (SO_PEERCRED); the socket is mode 0600.
@@ -534,6 +540,9 @@ class Worker:
                                        f"capabilities ({exc}); the launcher runs it one-shot")
                 conn.sendall(proto.encode_reply(proto.ST_REFUSED, 0, str(exc).encode()))
                 return _ANSWERED
+        from .invoke import set_in_process_runner
+
+        set_in_process_runner(lambda *call: self._delegate_here(cid, *call))
         out, code = _dispatch(plugin, stdin)
         try:
             conn.sendall(proto.encode_reply(proto.ST_DONE, code, out))
@@ -543,6 +552,36 @@ class Worker:
         _log(self.log_fd, cid, f"{cmd} {ref} exit {code}{_error_code(out, code)} "
                                f"{(time.monotonic() - start) * 1e3:.1f} ms")
         return _ANSWERED
+
+    def _delegate_here(self, cid: str, path: str, env: Any, stdin: bytes,
+                       stderr: Any) -> tuple[bytes, int] | None:
+        """Run a delegated plugin (IPAM) in this child when ``path`` is a
+        launcher that would send the call to this very worker (same socket
+        inode, plugin warm here): the same dispatch as a fresh child, minus a
+        launcher exec and a fork. None: exec it as usual."""
+        from .install import launcher_info
+        from .launcher import SOCKET_ENV
+        from .skel import dispatch
+
+        info = launcher_info(path)
+        if info is None or info["ref"] not in self.plugins:
+            return None
+        try:
+            st = os.stat(env.get(SOCKET_ENV) or info["socket"])
+        except OSError:
+            return None
+        if (st.st_dev, st.st_ino) != self.ident:
+            return None
+        start = time.monotonic()
+        cmd = env.get("CNI_COMMAND", "")
+        try:
+            out, code = dispatch(self.plugins[info["ref"]], env, stdin, stderr)
+        except BaseException as exc:  # as a crashing delegate process: exit 1, no JSON
+            stderr.write(f"{info['ref']}: {type(exc).__name__}: {exc}\n")
+            out, code = b"", 1
+        _log(self.log_fd, cid, f"{cmd} {info['ref']} exit {code}{_error_code(out, code)} "
+                               f"{(time.monotonic() - start) * 1e3:.1f} ms (delegated, in-process)")
+        return out, code
 
 
 def _read_request(conn: socket.socket) -> tuple[list[bytes], list[int]]:

@@ -17,6 +17,7 @@ from conftest import load_vector
 
 from cni_skel.errors import CNIError
 from cni_skel.harness import run_plugin, run_plugin_raw
+from cni_skel.install import python_argv
 from cni_skel.version import ALL_VERSIONS
 
 NETNS = "/run/netns/cnsk-hl-unused"  # host-local never enters it
@@ -628,7 +629,7 @@ def test_version_and_about_stay_light(hl):
     """podman runs VERSION before every command: no pydantic, no pyroute2."""
     for command in ("VERSION", ""):
         env = {"PATH": os.environ["PATH"], **({"CNI_COMMAND": command} if command else {})}
-        proc = subprocess.run([sys.executable, "-I", "-X", "importtime", hl],
+        proc = subprocess.run(python_argv(hl, ("-X", "importtime")),
                               input=b'{"cniVersion": "1.0.0"}', env=env, capture_output=True,
                               check=False)
         assert proc.returncode == 0

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from cni_skel.harness import run_plugin_raw
+from cni_skel.install import launcher_info, python_argv
 
 CLI = os.path.join(os.path.dirname(sys.executable), "cni-skel")
 
@@ -21,8 +22,9 @@ def cli(*args):
 
 
 def test_install_writes_isolated_executables(tmp_path, node_netns, pod_netns):
-    proc = cli("install", "--bin-dir", str(tmp_path))
+    proc = cli("install", "--bin-dir", str(tmp_path), "--launcher", "python")
     assert proc.returncode == 0, proc.stderr
+    assert "(python launcher)" in proc.stdout
     exe = tmp_path / "loopback"
     assert os.access(exe, os.X_OK)
     first = exe.read_text().splitlines()[0]
@@ -76,7 +78,7 @@ def test_interpreter_path_with_spaces_goes_through_sh(tmp_path):
     from cni_skel.cli import write_executable
 
     exe = write_executable(str(tmp_path), "loopback", "cni_skel_plugins.loopback:Loopback",
-                           python=str(py))
+                           python=str(py), launcher="python")
     with open(exe) as fp:
         assert fp.readline() == "#!/bin/sh\n"
     run = run_plugin_raw(exe, "VERSION", b'{"cniVersion": "1.0.0"}', replace_env=True,
@@ -92,7 +94,7 @@ def test_version_path_stays_light(loopback, command):
     env = {"PATH": os.environ["PATH"]}
     if command:
         env["CNI_COMMAND"] = command
-    proc = subprocess.run([sys.executable, "-I", "-X", "importtime", loopback],
+    proc = subprocess.run(python_argv(loopback, ("-X", "importtime")),
                           input=b'{"cniVersion": "1.0.0"}', env=env, capture_output=True,
                           check=False)
     assert proc.returncode == 0
@@ -102,3 +104,46 @@ def test_version_path_stays_light(loopback, command):
     assert not heavy, heavy
     if command:
         assert json.loads(proc.stdout)["cniVersion"] == "1.0.0"
+
+
+def test_native_launcher_is_the_default_with_a_compiler(tmp_path, node_netns, pod_netns):
+    """auto = native when cc works: an ELF file that names its plugin and
+    socket, run with the same hostile environment as the Python launcher."""
+    sock = str(tmp_path / "nobody.sock")
+    proc = cli("install", "--bin-dir", str(tmp_path / "bin"), "--worker-socket", sock)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("(native launcher)") == 5, proc.stdout
+    exe = tmp_path / "bin" / "loopback"
+    assert exe.read_bytes()[:4] == b"\x7fELF"
+    info = launcher_info(str(exe))
+    assert os.path.realpath(info.pop("python")) == os.path.realpath(sys.executable)
+    assert info == {"kind": "native", "socket": sock, "pythonpath": "",
+                    "ref": "cni_skel_plugins.loopback:Loopback"}
+    hostile = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": str(tmp_path / "evil"),
+               "PYTHONHOME": "/nonexistent", "PYTHONWARNINGS": "error"}
+    conf = {"cniVersion": "1.0.0", "name": "n", "type": "loopback"}
+    run = run_plugin_raw(str(exe), "ADD", conf, netns=pod_netns.path, ifname="lo",
+                         env=hostile, node=node_netns)  # no worker: one-shot through Python
+    assert run.exit_code == 0, run
+    version = run_plugin_raw(str(exe), "VERSION", b'{"cniVersion": "0.4.0"}', env=hostile)
+    assert version.exit_code == 0 and version.doc["cniVersion"] == "0.4.0", version
+    # Ours: replaced without --force; the Go plugin is not taken for a launcher.
+    assert cli("install", "--bin-dir", str(tmp_path / "bin"), "loopback").returncode == 0
+    assert launcher_info("/usr/lib/cni/loopback") is None
+    assert launcher_info(str(tmp_path / "nothing")) is None
+
+
+def test_launcher_kind_without_a_compiler(tmp_path):
+    env = {**os.environ, "CC": "/nonexistent/cc"}
+
+    def install(*args):
+        return subprocess.run([CLI, "install", "--bin-dir", str(tmp_path), *args, "loopback"],
+                              capture_output=True, text=True, env=env, check=False)
+
+    auto = install()
+    assert auto.returncode == 0 and "(python launcher)" in auto.stdout, auto
+    native = install("--launcher", "native")
+    assert native.returncode != 0 and "needs a C compiler" in native.stderr, native
+    assert launcher_info(str(tmp_path / "loopback"))["kind"] == "python", "left as it was"
+    shot = install("--one-shot")
+    assert shot.returncode == 0 and "(one-shot)" in shot.stdout, shot

@@ -15,6 +15,7 @@ import pytest
 from test_portmap import TABLE, entries, fails, mapping, pm, pm_conf
 
 from cni_skel.harness import nft_table, run_plugin, run_plugin_raw
+from cni_skel.install import python_argv
 from cni_skel.nft import attachment_tag
 
 SANDBOX = "/run/netns/cnsk-pm-unused"
@@ -284,7 +285,7 @@ def test_status(portmap, node_netns):
 def test_version_stays_light(portmap):
     """podman runs VERSION before every command: no pydantic, pyroute2 or
     libnftables."""
-    proc = subprocess.run([sys.executable, "-I", "-X", "importtime", portmap],
+    proc = subprocess.run(python_argv(portmap, ("-X", "importtime")),
                           input=b'{"cniVersion": "1.0.0"}', capture_output=True, check=False,
                           env={"PATH": os.environ["PATH"], "CNI_COMMAND": "VERSION"})
     assert proc.returncode == 0

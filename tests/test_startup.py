@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from cni_skel.harness import install_plugin, run_plugin_raw
+from cni_skel.install import python_argv
 
 
 def py(code: str, *args: str, env: dict | None = None) -> dict:
@@ -114,12 +115,10 @@ def test_a_one_shot_host_local_call_loads_neither_importlib_metadata_nor_pyroute
     sock = str(tmp_path / "no-worker.sock") if kind == "launcher" else None
     exe = install_plugin(tmp_path / "bin", "host-local", "cni_skel_plugins.host_local:HostLocal",
                          worker_socket=sock)
-    with open(exe) as fp:
-        flags = fp.readline().split()[1:] if kind == "launcher" else ["-I"]
     conf = {"cniVersion": "1.0.0", "name": "net1", "type": "bridge",
             "ipam": {"type": "host-local", "dataDir": str(tmp_path / "store"),
                      "ranges": [[{"subnet": "10.71.0.0/24"}]]}}
-    proc = subprocess.run([sys.executable, *flags, "-X", "importtime", exe],
+    proc = subprocess.run(python_argv(exe, ("-X", "importtime")),
                           input=json.dumps(conf).encode(), capture_output=True, check=False,
                           env={"PATH": os.environ["PATH"], "CNI_COMMAND": command,
                                "CNI_CONTAINERID": "c1", "CNI_IFNAME": "eth0",

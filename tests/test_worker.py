@@ -29,6 +29,7 @@ from conftest import HERE
 from cni_skel import launcher
 from cni_skel.cli import plugin_registry, write_executable
 from cni_skel.harness import run_plugin, run_plugin_raw
+from cni_skel.install import launcher_info
 
 CLI = os.path.join(os.path.dirname(sys.executable), "cni-skel")
 PROBE_REF = "worker_plugins.probe:WorkerProbe"
@@ -93,19 +94,27 @@ def worker(sock, wdir):
     w.stop()
 
 
-def _install(d, worker_socket):
+def _install(d, worker_socket, kind="auto"):
     os.makedirs(d, exist_ok=True)
     for name, ref in plugin_registry().items():
-        write_executable(d, name, ref, force=True, worker_socket=worker_socket)
+        write_executable(d, name, ref, force=True, worker_socket=worker_socket, launcher=kind)
     write_executable(d, "worker-probe", PROBE_REF, force=True, pythonpath=PROBE_PATH,
-                     worker_socket=worker_socket)
+                     worker_socket=worker_socket, launcher=kind)
     return d
 
 
+@pytest.fixture(params=["native", "python"])
+def launcher_kind(request):
+    """Both launchers `cni-skel install` writes go through every worker test."""
+    return request.param
+
+
 @pytest.fixture
-def wbin(wdir, sock):
+def wbin(wdir, sock, launcher_kind):
     """Launchers pointing at the test worker's socket."""
-    return _install(os.path.join(wdir, "wbin"), sock)
+    d = _install(os.path.join(wdir, "wbin"), sock, launcher_kind)
+    assert launcher_info(os.path.join(d, "loopback"))["kind"] == launcher_kind
+    return d
 
 
 @pytest.fixture
@@ -139,6 +148,8 @@ def test_launcher_version_is_local_light_and_identical(wbin, obin):
             old = run_plugin_raw(os.path.join(obin, name), "VERSION", data, env=env,
                                  replace_env=True)
             assert (new.exit_code, new.stdout) == (old.exit_code, old.stdout), (name, data)
+    if launcher_info(os.path.join(wbin, "loopback"))["kind"] == "native":
+        return  # it execs the Python launcher for VERSION: checked with "python"
     proc = subprocess.run([sys.executable, "-IS", "-X", "importtime",
                            os.path.join(wbin, "loopback")], input=b'{"cniVersion": "1.0.0"}',
                           env=env, capture_output=True, check=True)
@@ -245,6 +256,84 @@ def test_bridge_host_local_same_in_both_modes(worker, wbin, obin, netns_factory,
     assert sum("HostLocal" in ln for ln in served) == 3, worker.log()
 
 
+GO_CNI = "/usr/lib/cni"
+
+
+def test_bridge_runs_its_host_local_in_the_same_child(worker, wbin, wdir, netns_factory,
+                                                      tmp_path):
+    """bridge's IPAM delegate runs in bridge's worker child when CNI_PATH
+    finds a launcher for this worker; Go's host-local, or a launcher for
+    another socket, is exec'd as the spec says."""
+    other = _install(os.path.join(wdir, "other"), os.path.join(wdir, "other.sock"))
+    conf = {"cniVersion": "1.0.0", "name": "dlnet", "type": "bridge", "bridge": "cnsk1",
+            "ipam": {"type": "host-local", "dataDir": str(tmp_path / "ipam"),
+                     "ranges": [[{"subnet": "10.78.0.0/24"}]]}}
+    exe = os.path.join(wbin, "bridge")
+    node = netns_factory("cnsk-node")
+    cases = (("here", wbin, True), ("go", f"{GO_CNI}:{wbin}", False),
+             ("other", f"{other}:{wbin}", False))
+    for i, (what, path, in_process) in enumerate(cases):
+        pod = netns_factory("cnsk-pod")
+        cid = f"dl-{what}"
+        kw = dict(container_id=cid, netns=pod.path, node=node, cni_path=path)
+        add = run_plugin(exe, "ADD", conf, **kw)
+        assert add["ips"][0]["address"] == f"10.78.0.{i + 2}/24", add
+        assert (tmp_path / "ipam" / "dlnet" / f"10.78.0.{i + 2}").read_text().startswith(cid)
+        run_plugin(exe, "DEL", {**conf, "prevResult": add}, **kw)
+        assert not (tmp_path / "ipam" / "dlnet" / f"10.78.0.{i + 2}").exists()
+        served = worker.served(cid)
+        here = [ln for ln in served if "HostLocal" in ln and "(delegated, in-process)" in ln]
+        assert sum("Bridge exit 0" in ln for ln in served) == 2, served
+        assert len(here) == (2 if in_process else 0), served
+    # A delegate's error comes back as from an exec'd one: code, msg, details.
+    full = {**conf, "ipam": {**conf["ipam"], "ranges": [[{"subnet": "10.78.1.0/30"}]]}}
+    pods = [netns_factory("cnsk-pod") for _ in range(2)]  # .1 is the gateway: room for one
+    runs = {}
+    for path in (wbin, f"{other}:{wbin}"):
+        for j, pod in enumerate(pods):
+            runs[path, j] = run_plugin_raw(exe, "ADD", full, container_id=f"dlfull{j}",
+                                           netns=pod.path, node=node, cni_path=path)
+            if j == 0:
+                assert runs[path, j].exit_code == 0, runs[path, j]
+        run_plugin(exe, "DEL", full, container_id="dlfull0", netns=pods[0].path, node=node,
+                   cni_path=path)
+    here, execd = runs[wbin, 1], runs[f"{other}:{wbin}", 1]
+    assert here.exit_code == execd.exit_code == 1
+    assert here.stdout == execd.stdout, (here, execd)
+    assert "no IP addresses available" in here.doc["msg"], here
+
+
+def test_big_request_is_served(worker, wbin, wdir, node_netns, pod_netns):
+    report = os.path.join(wdir, "big-served.json")
+    conf = probe_conf(report=report, padding="y" * 300_000)
+    run = run_plugin_raw(os.path.join(wbin, "worker-probe"), "ADD", conf, container_id="big1",
+                         netns=pod_netns.path, node=node_netns)
+    assert run.exit_code == 0, run
+    with open(report) as fp:
+        assert json.load(fp)["env"]["CNI_CONTAINERID"] == "big1"
+    assert worker.served("big1")
+
+
+def test_native_launcher_replays_stdin_when_the_worker_refuses(sock, wdir, node_netns,
+                                                               pod_netns):
+    """A refused request runs one-shot with the whole stdin it had already
+    sent (a memfd, here 300 KB: more than a pipe holds)."""
+    d = _install(os.path.join(wdir, "nbin"), sock, "native")
+    w = Worker(sock, os.path.join(wdir, "worker.log"), prefix=DROP_NET_ADMIN)
+    try:
+        report = os.path.join(wdir, "big.json")
+        conf = probe_conf(report=report, padding="x" * 300_000)
+        run = run_plugin_raw(os.path.join(d, "worker-probe"), "ADD", conf,
+                             container_id="replay1", netns=pod_netns.path, node=node_netns)
+        assert run.exit_code == 0, run
+        with open(report) as fp:
+            assert json.load(fp)["pid"] != w.proc.pid
+        (line,) = w.served("replay1")
+        assert "refused" in line and "one-shot" in line, line
+    finally:
+        w.stop()
+
+
 def test_child_runs_in_the_launchers_context(worker, wbin, obin, netns_factory, wdir):
     """Network and mount namespace (the node's own /sys), cwd, umask, env,
     stdin, and stdout kept clean: as the one-shot executable sees them."""
@@ -269,6 +358,10 @@ def test_child_runs_in_the_launchers_context(worker, wbin, obin, netns_factory, 
     assert warm["stdin_left"] == ""
     for env in (warm["env"], cold["env"]):
         env.pop("CNI_CONTAINERID"), env.pop("CNI_PATH")
+        # PEP 538: without a locale in the environment, Python coerces the C
+        # locale into its environ (LC_CTYPE=C.UTF-8); the native launcher
+        # sends the runtime's environment as it is.
+        env.pop("LC_CTYPE", None)
     assert warm["env"] == cold["env"]
     assert warm["env"]["CNSK_EXTRA"] == "x y"
     assert worker.served("ctx-warm") and not worker.served("ctx-oneshot")
@@ -574,8 +667,7 @@ def test_cni_bin_is_served_as_its_mode_says(cni_bin, cni_mode, cni_worker_socket
     node, pod = netns_factory("cnsk-node"), netns_factory("cnsk-pod")
     cid = f"suite-mode-{cni_mode}"
     exe = os.path.join(cni_bin, "loopback")
-    with open(exe, "rb") as fp:
-        assert repr(cni_worker_socket).encode() in fp.read(), "a launcher for this mode's socket"
+    assert launcher_info(exe)["socket"] == cni_worker_socket, "a launcher for this mode's socket"
     kw = dict(container_id=cid, netns=pod.path, ifname="lo", node=node)
     add = run_plugin(exe, "ADD", lo_conf(), **kw)
     assert add["interfaces"][0]["name"] == "lo"
