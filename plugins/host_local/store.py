@@ -2,7 +2,7 @@
 
 Layout (Go backend/disk/backend.go), one directory per network:
 
-    <dataDir>/<network>/<ip>                  "<containerID>\\r\\n<ifname>", mode 0600
+    <dataDir>/<network>/<ip>                  "<containerID>\\r\\n<ifname>"
     <dataDir>/<network>/last_reserved_ip.<n>  the address last reserved in range set n
     <dataDir>/<network>/lock                  flock(2)ed around every read-modify-write
 
@@ -10,10 +10,28 @@ Files written by Go host-local before ifnames were recorded hold the
 container ID alone; they belong to that container whatever its ifname
 (`Owner.ifname` is None), as in Go. The caller holds `Store.lock` around
 every method but `exists`/`ensure`. Writes go through
-`cni_skel.state.atomic_write` (unsynced, like Go's writes: a power loss
+`cni_skel.state.StateDir.write` (unsynced, like Go's writes: a power loss
 may forget an allocation, whose pod is gone after the reboot anyway), so a
 crash leaves either no file or a whole one (and at worst a ``.tmp-*``
-leftover, which `Store.remove_temp_files` clears). Stdlib only.
+leftover, which GC removes: `Store.remove_temp_files`). Files are read
+whole, whatever their length: a container ID has no length limit in the
+spec.
+
+Files and modes, set explicitly whatever the umask (Go: directories 0755,
+files 0644 and a 0750 lock, all minus the umask): ``dataDir`` and any
+missing parent we create, and the network directory, 0755 (as Go); address
+files, ``last_reserved_ip.N``, ``lock`` 0600 (they name containers; only
+root, which runs the plugins, needs them); temp files 0600; our index
+directory 0700, its files 0600. Directories that already exist keep their
+mode.
+
+Symlinks: ``dataDir`` is configuration and is followed; the network
+directory and everything in it are opened through directory fds with
+``O_NOFOLLOW``. A symlink where the network directory, ``lock``,
+``last_reserved_ip.N`` or an address file should be is refused with
+`OSError` ELOOP naming its path (`cni_skel.state.SYMLINK_REFUSED`; the verbs
+answer code 5), and nothing is read or written through it. A symlink in
+place of our index directory only disables the index (every call scans).
 
 The owner index (ours only; Go neither writes nor needs it). Finding a
 container's addresses in Go's layout means reading every file, so each verb
@@ -49,14 +67,13 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
-import stat
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from cni_skel.env import is_valid_name
-from cni_skel.state import FileLock, atomic_write
+from cni_skel.state import StateDir, is_refused
 
 from .allocator import IP
 
@@ -74,8 +91,9 @@ DEFAULT_DATA_DIR = "/var/lib/cni/networks"
 LAST_IP_PREFIX = "last_reserved_ip."
 LINE_BREAK = "\r\n"
 LOCK_NAME = "lock"
-_TEMP_PREFIX = ".tmp-"  # atomic_write's temp files
-_MAX_RECORD = 4096  # an ID and an ifname; anything longer is not ours
+DIR_MODE = 0o755    # dataDir and the network directory, as Go
+FILE_MODE = 0o600   # address files, last_reserved_ip.N (the lock: cni_skel.state)
+INDEX_DIR_MODE = 0o700
 
 INDEX_DIR = ".cni-skel-index"  # a dot name: never an address, never a network
 INDEX_MAGIC = "#cni-skel-host-local-index-v1"  # "#": never equal to a Go key
@@ -150,79 +168,119 @@ class Store:
         if not is_valid_name(network):
             raise ValueError(f"invalid network name {network!r}")
         self.data_dir = data_dir or DEFAULT_DATA_DIR
+        self.network = network
         self.dir = os.path.join(self.data_dir, network)
+        self._sd: StateDir | None = None      # the network directory, held open
         self._idx: _Index | None = None       # the index as this lock section knows it
         self._stamp_mtime: int | None = None  # the mtime in the stamp last read or written
 
     def path(self, name: str) -> str:
-        """``<dir>/<name>``; callers pass only addresses and our fixed names."""
+        """``<dir>/<name>``, for messages."""
         return os.path.join(self.dir, name)
 
+    def _d(self) -> StateDir:
+        """The network directory, opened on first use (never through a
+        symlink) and held until `close`."""
+        if self._sd is None:
+            with StateDir.open(self.data_dir) as top:
+                self._sd = top.subdir(self.network)
+        return self._sd
+
+    def close(self) -> None:
+        """Let go of the directory (`lock` does at the end of its section)."""
+        if self._sd is not None:
+            sd, self._sd = self._sd, None
+            sd.close()
+
     def exists(self) -> bool:
-        """The network directory exists (DEL, CHECK and GC create nothing)."""
-        return os.path.isdir(self.dir)
+        """The network directory exists (DEL, CHECK and GC create nothing).
+
+        Raises:
+            OSError: ELOOP when it is a symlink; other errors opening it.
+        """
+        try:
+            self._d()
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        return True
 
     def ensure(self) -> None:
-        """Create the network directory (0755, as Go)."""
-        os.makedirs(self.dir, mode=0o755, exist_ok=True)
+        """Create the network directory and missing parents (0755, as Go)."""
+        if self._sd is None:
+            with StateDir.open(self.data_dir, DIR_MODE) as top:
+                self._sd = top.subdir(self.network, DIR_MODE)
 
-    def lock(self) -> FileLock:
-        """The flock Go takes: ``<dir>/lock`` (the directory must exist).
-        The index is re-read in each locked section."""
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """The flock Go takes, ``<dir>/lock`` (the directory must exist), for
+        one section; the directory is let go of at its end, and the index is
+        re-read in each section.
+
+        Raises:
+            OSError: ELOOP when the directory or ``lock`` is a symlink.
+        """
         self._idx = None
-        return FileLock(self.path(LOCK_NAME))
+        try:
+            with self._d().lock(LOCK_NAME):
+                yield
+        finally:
+            self.close()
 
     # --- reading -----------------------------------------------------------
 
     def scan(self) -> Scan:
         """Every allocation in the directory. Tolerant: an entry that cannot
-        be read is listed in ``problems`` and the scan goes on."""
+        be read (a symlink among them) is listed in ``problems`` and the scan
+        goes on."""
         owners: dict[IP, Owner | None] = {}
         problems: dict[IP, str] = {}
         try:
-            entries = list(os.scandir(self.dir))
+            d = self._d()
+            names = d.names()
         except FileNotFoundError:
             return Scan(owners, problems)
-        for entry in entries:
-            ip = _address(entry.name)
+        for name in names:
+            ip = _address(name)
             if ip is None:
                 continue
             try:
-                owners[ip] = parse_owner(self._read_record(entry.path))
+                owners[ip] = parse_owner(self._read_record(name))
             except OSError as exc:
-                problems[ip] = f"{entry.path}: {exc.strerror or exc}"
+                problems[ip] = f"{self.path(name)}: {exc.strerror or exc}"
         return Scan(owners, problems)
 
-    @staticmethod
-    def _read_record(path: str) -> bytes:
-        # O_NOFOLLOW and a regular-file check: we never read through a link
-        # planted in the store.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise OSError(0, "not a regular file")
-            return os.read(fd, _MAX_RECORD)
-        finally:
-            os.close(fd)
+    def _read_record(self, name: str) -> bytes:
+        """The whole address file ``name`` (no length limit: a container ID
+        has none); never through a symlink, regular files only."""
+        return self._d().read(name)
 
     def occupied(self, ip: IP) -> bool:
         """An entry named ``ip`` exists, whatever it is (as `scan`, an entry
         that cannot be read counts as taken). One lstat: allocation never
-        scans."""
-        try:
-            os.lstat(self.path(str(ip)))
-        except FileNotFoundError:
-            return False
-        return True
+        scans.
+
+        Raises:
+            OSError: ELOOP when it is a symlink (planted: refused loudly).
+        """
+        return self._d().exists(str(ip))
 
     def last_reserved(self, set_index: int) -> IP | None:
-        """``last_reserved_ip.<n>``, None when missing or unreadable (Go then
-        starts the walk at the first range, losing round-robin once)."""
+        """``last_reserved_ip.<n>``, None when missing, unreadable or not an
+        address (Go then starts the walk at the first range, losing
+        round-robin once).
+
+        Raises:
+            OSError: ELOOP when it is a symlink.
+        """
         try:
-            with open(self.path(f"{LAST_IP_PREFIX}{set_index}"), "rb") as fp:
-                text = fp.read(128).decode("ascii", "replace").strip()
-            return ipaddress.ip_address(text)
-        except (OSError, ValueError):
+            data = self._d().read(f"{LAST_IP_PREFIX}{set_index}")
+        except OSError as exc:
+            if is_refused(exc):
+                raise
+            return None
+        try:
+            return ipaddress.ip_address(data.decode("ascii").strip())
+        except ValueError:  # UnicodeDecodeError included
             return None
 
     # --- writing (under the lock) ---------------------------------------------
@@ -232,29 +290,23 @@ class Store:
         under the lock, that the address is free."""
         record = f"{container_id.strip()}{LINE_BREAK}{ifname}".encode()
         # unsynced, as Go's: allocations die with the node's pods anyway
-        atomic_write(self.path(str(ip)), record, 0o600, durable=False)
+        self._d().write(str(ip), record, FILE_MODE, durable=False)
 
     def set_last_reserved(self, set_index: int, ip: IP) -> None:
         """Record the round-robin position of set N (Go's bytes: the address, no newline)."""
-        atomic_write(self.path(f"{LAST_IP_PREFIX}{set_index}"), str(ip).encode(), 0o600,
-                     durable=False)
+        self._d().write(f"{LAST_IP_PREFIX}{set_index}", str(ip).encode(), FILE_MODE,
+                        durable=False)
 
     def release(self, ip: IP) -> bool:
         """Remove ``<ip>``; False when it was already gone."""
-        try:
-            os.unlink(self.path(str(ip)))
-        except FileNotFoundError:
-            return False
-        return True
+        return self._d().unlink(str(ip))
 
     def probe_write(self) -> None:
         """Create and remove a temp file in the directory: a real write (root
         ignores mode bits, a read-only mount does not). A fresh index stays
         fresh (sealed again)."""
         idx = self._load_index()
-        probe = self.path(f"{_TEMP_PREFIX}status-{os.getpid()}-{os.urandom(4).hex()}")
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
-        os.unlink(probe)
+        self._d().probe_write()
         if idx is not None:
             with contextlib.suppress(OSError):
                 dfd = self._index_dir()
@@ -264,19 +316,13 @@ class Store:
                     os.close(dfd)
 
     def remove_temp_files(self) -> list[str]:
-        """Remove atomic_write leftovers of a crashed writer. Only safe under
-        the lock (every writer holds it). Returns what could not be removed."""
-        failed = []
-        with contextlib.suppress(FileNotFoundError):
-            for entry in os.scandir(self.dir):
-                if entry.name.startswith(_TEMP_PREFIX):
-                    try:
-                        os.unlink(entry.path)
-                    except FileNotFoundError:
-                        pass
-                    except OSError as exc:
-                        failed.append(f"{entry.path}: {exc.strerror or exc}")
-        return failed
+        """Remove the temp files of killed writers (`StateDir.remove_stale_temps`;
+        under the lock every temp file is one, as every writer holds it).
+        Returns what could not be removed."""
+        try:
+            return self._d().remove_stale_temps()
+        except FileNotFoundError:
+            return []
 
     # --- the owner index (under the lock; see the module docstring) -------------
 
@@ -344,12 +390,9 @@ class Store:
         return self._idx
 
     def _index_dir(self, create: bool = False) -> int:
-        """An fd of the index directory (never through a symlink)."""
-        path = self.path(INDEX_DIR)
-        if create:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(path, 0o755)
-        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        """An fd of the index directory (never through a symlink), created
+        0700 when ``create``; the caller closes it."""
+        return self._d().subdir(INDEX_DIR, INDEX_DIR_MODE if create else None).fd
 
     def _load_index(self) -> _Index | None:
         """The index when its stamp is whole and matches the directory."""
@@ -358,7 +401,7 @@ class Store:
         except OSError:
             return None
         try:
-            data = _read_at(dfd, _STAMP, 1 << 16)
+            data = _read_at(dfd, _STAMP)
         except OSError:
             return None
         finally:
@@ -375,7 +418,7 @@ class Store:
         if magic != INDEX_MAGIC or len(summaries) != _BUCKETS or not whole:
             return None
         self._stamp_mtime = stamp[2]
-        st = os.stat(self.dir)
+        st = self._d().stat()
         if (st.st_dev, st.st_ino, st.st_mtime_ns) != stamp:
             return None  # the directory changed since we sealed it (Go, a crash, a hand)
         return _Index(summaries, {}, checked=False, on_disk=True)
@@ -389,7 +432,7 @@ class Store:
             else:
                 dfd = self._index_dir()
                 try:
-                    data = _read_at(dfd, _bucket_name(b), size + 1)
+                    data = _read_at(dfd, _bucket_name(b))
                 finally:
                     os.close(dfd)
                 if len(data) != size or zlib.crc32(data) != crc:
@@ -406,7 +449,7 @@ class Store:
         old = [ipaddress.ip_address(t) for t in _find(text, ckey)]
         if check:
             for ip in new + old:
-                owner = parse_owner(self._read_record(self.path(str(ip))))
+                owner = parse_owner(self._read_record(str(ip)))
                 if owner is None or not (owner.matches(cid, ifname) if ip in new
                                          else owner.matches_legacy(cid)):
                     raise _Stale(f"{ip} is not {cid}'s")
@@ -465,9 +508,10 @@ class Store:
         chosen = now - 1 if now & 1 == 0 else now - 2  # odd, below the coarse clock
         if chosen == self._stamp_mtime:
             chosen -= 2  # never the value of a stamp that might survive a failure
-        st = os.stat(self.dir)
-        os.utime(self.dir, ns=(st.st_atime_ns, chosen))
-        st = os.stat(self.dir)
+        d = self._d()
+        st = d.stat()
+        os.utime(d.fd, ns=(st.st_atime_ns, chosen))
+        st = d.stat()
         if st.st_mtime_ns != chosen:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(_STAMP, dir_fd=dfd)
@@ -543,30 +587,25 @@ def _find(text: str, key: str) -> list[str]:
     return found
 
 
-def _read_at(dfd: int, name: str, limit: int = 1 << 26) -> bytes:
-    """Up to ``limit`` bytes of regular file ``name`` in directory ``dfd``."""
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dfd)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(0, "not a regular file")
-        chunks = []
-        while limit > 0:
-            chunk = os.read(fd, min(limit, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            limit -= len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+def _read_at(dfd: int, name: str) -> bytes:
+    """The whole regular file ``name`` of directory ``dfd`` (never a symlink)."""
+    return StateDir(dfd, "").read(name)
 
 
 def _put(dfd: int, name: str, data: bytes) -> None:
     """Overwrite ``name`` in ``dfd`` in place, without fsync. Safe for the
     index: only ever done while the stamp is stale or absent, and what is
     read back is checked against the stamp's lengths and CRCs."""
-    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                 dir_fd=dfd)
+    flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(name, flags, dir_fd=dfd)
+    except FileNotFoundError:
+        fd = os.open(name, flags | os.O_CREAT | os.O_EXCL, FILE_MODE, dir_fd=dfd)
+        try:
+            os.fchmod(fd, FILE_MODE)  # whatever the umask
+        except BaseException:
+            os.close(fd)
+            raise
     try:
         view = memoryview(data)
         offset = 0

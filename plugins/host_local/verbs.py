@@ -11,6 +11,12 @@ ADD, CHECK and DEL cost the same whatever the number of allocations: they
 find the container's addresses through the store's owner index
 (`Store.owned`), and ADD tries candidate addresses one lstat at a time from
 ``last_reserved_ip.N`` on, as Go does. GC and STATUS read the whole store.
+
+Store errors are code 5 (STATUS: 50) and name the path: I/O failures, and
+a symlink where the network directory, ``lock``, ``last_reserved_ip.N`` or
+an address file should be (refused, never followed; see `.store`). GC also
+removes the temp files of killed writers (``.tmp-*``): the only verb that
+lists the directory anyway.
 """
 
 from __future__ import annotations
@@ -35,12 +41,15 @@ from .allocator import IP, Range, RangeSet, walk
 from .config import HostLocalConf, LoadedIPAM, Requested, load_ipam, parse_resolv_conf
 from .store import Scan, Store
 
-__all__ = ["add", "check", "delete", "gc", "status"]
+__all__ = ["add", "check", "delete", "gc", "status", "validate_config"]
 
 
 def _io_error(what: str, exc: OSError) -> CNIError:
-    return CNIError(ERR_IO_FAILURE, f"host-local: {what}: {exc.strerror or exc}",
-                    getattr(exc, "filename", None) or "")
+    """Code 5 naming the path that failed (a refused symlink included:
+    `cni_skel.state.SYMLINK_REFUSED`)."""
+    where = getattr(exc, "filename", None)
+    return CNIError(ERR_IO_FAILURE, f"host-local: {what}: "
+                    f"{f'{where}: ' if where else ''}{exc.strerror or exc}", where or "")
 
 
 def _store(ipam: LoadedIPAM) -> Store:
@@ -201,10 +210,10 @@ def delete(args: CmdArgs, conf: HostLocalConf) -> None:
     """
     ipam = load_ipam(conf, args.cni_args, ranges=False)
     store = _store(ipam)
-    if not store.exists():
-        return
     failed = []
     try:
+        if not store.exists():
+            return
         with store.lock():
             released = []
             for ip in _held(store, args.container_id, args.ifname):
@@ -235,12 +244,12 @@ def check(args: CmdArgs, conf: HostLocalConf) -> None:
     ipam = load_ipam(conf, args.cni_args)
     store = _store(ipam)
     held: list[IP] = []
-    if store.exists():
-        try:
+    try:
+        if store.exists():
             with store.lock():
                 held = _held(store, args.container_id, args.ifname)
-        except OSError as exc:
-            raise _io_error(f"cannot read {store.dir}", exc) from None
+    except OSError as exc:
+        raise _io_error(f"cannot read {store.dir}", exc) from None
     if not held:
         raise CNIError(ERR_UNKNOWN_CONTAINER, "host-local: Failed to find address added by "
                        f"container {args.container_id}", f"ifname {args.ifname}")
@@ -274,10 +283,10 @@ def gc(args: CmdArgs, conf: HostLocalConf) -> None:
     valid_ids = {a.container_id for a in valid_list}
     ipam = load_ipam(conf, args.cni_args, ranges=False)
     store = _store(ipam)
-    if not store.exists():
-        return
     problems: list[str] = []
     try:
+        if not store.exists():
+            return
         with store.lock():
             scan = store.scan()
             problems.extend(scan.problems.values())
@@ -302,6 +311,22 @@ def gc(args: CmdArgs, conf: HostLocalConf) -> None:
                        "; ".join(problems))
 
 
+# --- config checks (cni-skel validate) ------------------------------------------
+
+
+def validate_config(args: CmdArgs, conf: HostLocalConf) -> None:
+    """ADD's checks of the config, without the store: `load_ipam` (range
+    sets, their overlaps, requested addresses) and ``resolvConf`` readable.
+
+    Raises:
+        CNIError: as ADD: code 7 naming the range set or key, 5 for an
+            unreadable resolvConf.
+    """
+    ipam = load_ipam(conf, args.cni_args)
+    if ipam.resolv_conf:
+        parse_resolv_conf(ipam.resolv_conf)
+
+
 # --- STATUS --------------------------------------------------------------------
 
 
@@ -320,9 +345,10 @@ def status(args: CmdArgs, conf: HostLocalConf) -> None:
             store.probe_write()
             taken = store.scan().taken()
     except OSError as exc:
+        where = getattr(exc, "filename", None) or store.dir
         raise CNIError(ERR_PLUGIN_NOT_AVAILABLE,
-                       f"host-local: store {store.dir} is not writable: {exc.strerror or exc}",
-                       getattr(exc, "filename", None) or "") from None
+                       f"host-local: store {store.dir} is not writable: {where}: "
+                       f"{exc.strerror or exc}", where) from None
     for idx, rset in enumerate(ipam.range_sets):
         used = 0
         for ip in taken:

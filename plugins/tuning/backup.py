@@ -1,9 +1,8 @@
 """The saved original values: ``<dataDir>/<containerID>_<ifname>.json``.
 
-Written (atomically, mode 0600, directory 0700) by ADD before anything is
-changed, read and removed by DEL. The link keys are the Go plugin's
-(``configToRestore``), so either implementation can restore what the other
-saved; Go ignores our extra keys::
+Written atomically by ADD before anything is changed, read and removed by
+DEL. The link keys are the Go plugin's (``configToRestore``), so either
+implementation can restore what the other saved; Go ignores our extra keys::
 
     {
      "mac": "aa:bb:cc:dd:ee:ff",     original MAC        (only when ADD sets one)
@@ -14,10 +13,23 @@ saved; Go ignores our extra keys::
      "sysctl": {"net/core/somaxconn": "4096"},   originals by /proc/sys path
      "network": "dbnet", "containerID": "...", "ifname": "eth0"   for GC
     }
+
+Files and modes, set explicitly whatever the umask: ``dataDir`` (default
+/run/cni/tuning) and any missing parent we create 0700 (Go: 0600 minus the
+umask, a directory only root can enter anyway), the saved files 0600 (as
+Go), temp files of the atomic writes 0600. A directory that exists keeps
+its mode.
+
+``dataDir`` is configuration and is followed; a saved file is never read or
+written through a symlink: one planted under its name is refused, code 5
+naming the path (`cni_skel.state.SYMLINK_REFUSED`). A killed writer's temp
+file (``.tmp-*``) is removed by the next GC (`collect`), whichever network
+it runs for; a write in progress keeps its own (it holds its flock).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -25,12 +37,15 @@ from typing import Any
 
 from cni_skel.env import CmdArgs
 from cni_skel.errors import ERR_IO_FAILURE, CNIError
-from cni_skel.state import atomic_write
+from cni_skel.state import StateDir
 
 __all__ = ["collect", "link_value", "merge", "parse", "path", "put_back", "read_raw",
            "remove", "save", "sysctls"]
 
 LINK_KEYS = ("mac", "promisc", "mtu", "allmulti", "txQLen")
+NAME_MAX = 255  # bytes of one file name (Linux)
+DIR_MODE = 0o700
+FILE_MODE = 0o600
 
 
 def _io(what: str, exc: OSError) -> CNIError:
@@ -38,16 +53,32 @@ def _io(what: str, exc: OSError) -> CNIError:
                     getattr(exc, "filename", None) or "")
 
 
+def file_name(container_id: str, ifname: str) -> str:
+    """``<containerID>_<ifname>.json`` as Go names it; for a container ID so
+    long that the name would pass NAME_MAX (255 bytes), ``_<sha256 of the
+    ID>_<ifname>.json`` instead (a leading ``_`` no container ID can have)."""
+    name = f"{container_id}_{ifname}.json"
+    if len(name.encode()) <= NAME_MAX:
+        return name
+    return f"_{hashlib.sha256(container_id.encode()).hexdigest()}_{ifname}.json"
+
+
 def path(data_dir: str, container_id: str, ifname: str) -> str:
     """The file of one attachment (the skel has vetted both names: no ``/``)."""
-    return os.path.join(data_dir, f"{container_id}_{ifname}.json")
+    return os.path.join(data_dir, file_name(container_id, ifname))
+
+
+def _split(file: str) -> tuple[str, str]:
+    return os.path.dirname(file) or ".", os.path.basename(file)
 
 
 def read_raw(file: str) -> bytes | None:
-    """The file's bytes, None when it does not exist. Raises CNIError 5."""
+    """The whole file, None when it (or ``dataDir``) does not exist.
+    Raises CNIError 5, also for a symlink."""
+    directory, name = _split(file)
     try:
-        with open(file, "rb") as fp:
-            return fp.read()
+        with StateDir.open(directory) as d:
+            return d.read(name)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -85,11 +116,17 @@ def merge(old: dict[str, Any], network: str, args: CmdArgs, sys_orig: dict[str, 
     return doc
 
 
+def _write(file: str, data: bytes) -> None:
+    directory, name = _split(file)
+    with StateDir.open(directory, DIR_MODE) as d:
+        d.write(name, data, FILE_MODE)
+
+
 def save(file: str, doc: dict[str, Any]) -> None:
-    """Write ``doc`` atomically (0600), creating the directory (0700)."""
+    """Write ``doc`` atomically (0600), creating the directory (0700).
+    Raises CNIError 5."""
     try:
-        os.makedirs(os.path.dirname(file) or ".", mode=0o700, exist_ok=True)
-        atomic_write(file, json.dumps(doc, indent=1).encode(), 0o600)
+        _write(file, json.dumps(doc, indent=1).encode())
     except OSError as exc:
         raise _io(f"cannot save the original values to {file}", exc) from None
 
@@ -100,15 +137,18 @@ def put_back(file: str, previous: bytes | None) -> None:
         if previous is None:
             remove(file)
         else:
-            atomic_write(file, previous, 0o600)
+            _write(file, previous)
     except (OSError, CNIError) as exc:
         print(f"tuning: cannot put back {file}: {exc}", file=sys.stderr)
 
 
 def remove(file: str) -> None:
-    """Delete the file; missing is fine. Raises CNIError 5."""
+    """Delete the file (a symlink itself, never its target); missing is
+    fine. Raises CNIError 5."""
+    directory, name = _split(file)
     try:
-        os.unlink(file)
+        with StateDir.open(directory) as d:
+            d.unlink(name)
     except FileNotFoundError:
         pass
     except OSError as exc:
@@ -140,30 +180,43 @@ def collect(data_dir: str, network: str, valid: set[tuple[str, str]]) -> list[st
     """GC: remove files of ``network`` whose (containerID, ifname) is not in
     ``valid``. Files without our ``network`` key (the Go plugin's) are left:
     the directory is shared by every network, and only the owner may decide.
-    Returns the problems met (the rest goes on)."""
-    problems: list[str] = []
+    Then remove killed writers' temp files (any network's: they belong to
+    no one). Returns the problems met ("<path>: <reason>"; the rest goes
+    on): unreadable files, symlinks among them."""
     try:
-        entries = sorted(os.scandir(data_dir), key=lambda e: e.name)
+        d = StateDir.open(data_dir)
     except FileNotFoundError:
-        return problems
+        return []
     except OSError as exc:
         return [f"{data_dir}: {exc.strerror or exc}"]
-    for entry in entries:
-        if not entry.name.endswith(".json") or entry.name.startswith("."):
-            continue
+    problems: list[str] = []
+    with d:
         try:
-            doc = parse(read_raw(entry.path))
-        except CNIError as exc:
-            problems.append(exc.msg)
-            continue
-        cid, ifname = doc.get("containerID"), doc.get("ifname")
-        if doc.get("network") != network or not isinstance(cid, str) \
-                or not isinstance(ifname, str) or entry.name != f"{cid}_{ifname}.json":
-            continue
-        if (cid, ifname) in valid:
-            continue
+            names = sorted(d.names())
+        except OSError as exc:
+            return [f"{data_dir}: {exc.strerror or exc}"]
+        for name in names:
+            if not name.endswith(".json") or name.startswith("."):
+                continue
+            try:
+                doc = parse(d.read(name))
+            except FileNotFoundError:
+                continue  # removed meanwhile (a DEL)
+            except OSError as exc:
+                problems.append(f"{d.join(name)}: {exc.strerror or exc}")
+                continue
+            cid, ifname = doc.get("containerID"), doc.get("ifname")
+            if doc.get("network") != network or not isinstance(cid, str) \
+                    or not isinstance(ifname, str) or name != file_name(cid, ifname):
+                continue
+            if (cid, ifname) in valid:
+                continue
+            try:
+                d.unlink(name)
+            except OSError as exc:
+                problems.append(f"{d.join(name)}: {exc.strerror or exc}")
         try:
-            remove(entry.path)
-        except CNIError as exc:
-            problems.append(exc.msg)
+            problems.extend(d.remove_stale_temps())
+        except OSError as exc:
+            problems.append(f"{data_dir}: {exc.strerror or exc}")
     return problems
