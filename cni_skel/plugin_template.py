@@ -38,6 +38,7 @@ from typing import Any
 
 from cni_skel import CmdArgs, CNIError, Interface, NetConf, Plugin, Result
 from cni_skel.errors import ERR_INVALID_NETWORK_CONFIG
+from cni_skel.types import check_expressible
 from pydantic import Field
 
 __all__ = ["{cls}", "{cls}Conf"]
@@ -72,6 +73,12 @@ class {cls}(Plugin):
         from cni_skel import netlink
         from cni_skel.netns import NetNS
 
+        # Fail before the first change when the result cannot be written in
+        # the config's cniVersion (before 0.3.0 a result needs an IP).
+        if conf.prev_result is not None:  # chained: the result is prevResult
+            check_expressible(conf.cni_version, conf.prev_result)
+        else:  # ours alone: an interface, no IP
+            check_expressible(conf.cni_version, has_ip=False)
         link = _link(args)
         with NetNS.open(args.netns) as pod, pod.iproute() as ipr:
             netlink.link_set(ipr, args.ifname, mtu=conf.mtu)

@@ -4,6 +4,8 @@
 (spec 1.1.0, also 1.0.0). `parse_result` reads a result of any version in
 `SUPPORTED_VERSIONS`; `Result.to_version` / `Result.to_json` write any of them.
 `ErrorResult` and `VersionResult` read the other answers a plugin prints.
+`check_expressible` tells an ADD, before it changes anything, whether its
+result can be written in the config's cniVersion (no IP: not in 0.1.0/0.2.0).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from .convert import (
     SUPPORTED_VERSIONS,
     ErrorResult,
     VersionResult,
+    check_expressible,
     parse_result,
     result_to_version,
 )
@@ -38,6 +41,7 @@ __all__ = [
     "Result",
     "Route",
     "VersionResult",
+    "check_expressible",
     "parse_result",
     "result_to_version",
 ]

@@ -12,7 +12,8 @@ are those of the CNI spec 1.1.0 and of the Go SDK's converters:
 * 0.1.0 and 0.2.0 hold only the first IPv4 and the first IPv6 address, as
   ``ip4``/``ip6``, each with the routes of its family reduced to ``dst`` and
   ``gw``; interfaces are dropped. A result with no address cannot be written
-  in these versions.
+  in these versions: `check_expressible` says so before a plugin changes
+  anything, and `result_to_version` raises the same error.
 
 Output dicts have Go's key order so that printed results diff cleanly against
 the Go plugins'. ``dns`` is always printed (``{}`` when empty), as the Go
@@ -45,6 +46,7 @@ __all__ = [
     "SUPPORTED_VERSIONS",
     "ErrorResult",
     "VersionResult",
+    "check_expressible",
     "parse_result",
     "result_to_version",
 ]
@@ -290,12 +292,7 @@ def _to_02x(result: Result, version: str) -> dict:
         firsts.setdefault(ip.address.version, ip)
         if len(firsts) == 2:
             break
-    if not firsts:
-        raise CNIError(
-            ERR_INCOMPATIBLE_CNI_VERSION,
-            f"cannot convert result to version {version}",
-            "no IP addresses to express as ip4/ip6",
-        )
+    check_expressible(version, has_ip=bool(firsts))
     out: dict[str, Any] = {"cniVersion": version}
     for family, key in ((4, "ip4"), (6, "ip6")):
         ip = firsts.get(family)
@@ -312,11 +309,78 @@ def _to_02x(result: Result, version: str) -> dict:
     return out
 
 
+def _unsupported(version: str) -> CNIError:
+    return CNIError(
+        ERR_INCOMPATIBLE_CNI_VERSION,
+        "incompatible CNI versions",
+        f'cannot convert result to unsupported version "{version}"',
+    )
+
+
+def check_expressible(version: str, result: Result | None = None, *,
+                      has_ip: bool | None = None) -> None:
+    """Raise unless an ADD result like this can be written in ``version``.
+
+    Call it in ADD before the first side effect, so that a result the
+    config's cniVersion cannot carry fails the call with nothing applied
+    (the skel converts the result only after ``add`` returns, too late to
+    undo anything). Describe the result by one of:
+
+    * ``result``: the `Result` you will return, when you have it already
+      (a chained plugin passing ``conf.prev_result`` through);
+    * ``has_ip``: whether it will hold at least one IP address, when it is
+      built later (bridge without ``ipam``: ``has_ip=False``).
+
+    ``version`` is the config's ``cniVersion`` (``""`` or None mean 0.1.0,
+    as for a config without one)::
+
+        check_expressible(conf.cni_version, conf.prev_result)
+        check_expressible(conf.cni_version, has_ip=conf.ipam is not None)
+
+    The rule (spec "Result types" and its version history; Go's
+    pkg/types/020 converters): results before 0.3.0 have ``ip4`` and
+    ``ip6`` only (one address each, routes as dst/gw) and ``dns``; no
+    ``interfaces`` list and no ``ips``. A result without any IP address has
+    nothing to put there, so 0.1.0 and 0.2.0 cannot express it. Everything
+    else converts, losing what the older shape has no room for, silently as
+    in Go: interfaces, later addresses of a family, routes of a family with
+    no address (0.1.0, 0.2.0), interface ``mtu``/``socketPath``/``pciID``
+    (0.3.x, 0.4.0). So several interfaces, or a single-family result, are
+    fine in every version. When only a change tells what the result holds
+    (loopback: the kernel puts lo's addresses on it when it goes up), check
+    the result once built and undo that change when this raises.
+
+    Raises:
+        CNIError: code 1 (incompatible CNI version), msg ``cannot convert
+            result to version V``, details ``no IP addresses to express as
+            ip4/ip6``: exactly what `result_to_version` raises for it. Go
+            answers 999 where it converts (its converter's untyped error;
+            a 0.x prevResult it passes through unconverted is echoed, IP or
+            not); code 1 is the spec's "incompatible CNI version" and tells
+            the runtime what to change: a newer cniVersion. Also code 1 for
+            a version outside `SUPPORTED_VERSIONS`. TypeError when both or
+            neither of ``result`` and ``has_ip`` are given (a bug).
+    """
+    if (result is None) == (has_ip is None):
+        raise TypeError("check_expressible: give either result or has_ip")
+    version = version or "0.1.0"
+    if version not in SUPPORTED_VERSIONS:
+        raise _unsupported(version)
+    with_ip = bool(result.ips) if result is not None else bool(has_ip)
+    if version in _VERSIONS_02X and not with_ip:
+        raise CNIError(
+            ERR_INCOMPATIBLE_CNI_VERSION,
+            f"cannot convert result to version {version}",
+            "no IP addresses to express as ip4/ip6",
+        )
+
+
 def result_to_version(result: Result, version: str) -> dict:
     """``result`` as a JSON-ready dict in the wire shape of ``version``.
 
     Raises `CNIError` (code 1) for an unsupported version, or when the result
-    has no IP address and ``version`` is 0.1.0 or 0.2.0.
+    has no IP address and ``version`` is 0.1.0 or 0.2.0 (the error of
+    `check_expressible`, which a plugin calls before changing anything).
     """
     if version in _VERSIONS_1X:
         return _to_list_shape(result, version, legacy=False)
@@ -324,8 +388,4 @@ def result_to_version(result: Result, version: str) -> dict:
         return _to_list_shape(result, version, legacy=True)
     if version in _VERSIONS_02X:
         return _to_02x(result, version)
-    raise CNIError(
-        ERR_INCOMPATIBLE_CNI_VERSION,
-        "incompatible CNI versions",
-        f'cannot convert result to unsupported version "{version}"',
-    )
+    raise _unsupported(version)

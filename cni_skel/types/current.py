@@ -212,7 +212,7 @@ class Result(_ResultModel):
 
         ``version`` defaults to ``cni_version``, then the current version.
         Raises `CNIError` (code 1) when the version is unknown or the result
-        cannot be expressed in it.
+        cannot be expressed in it (ADD asks `check_expressible` first).
         """
         from .convert import result_to_version
 

@@ -35,7 +35,9 @@ class Bridge(Plugin):
     transaction. Any failure undoes what was created, IPAM DEL included.
     Result: interfaces [bridge, host veth, container (sandbox)] (+ the VLAN
     gateway interface), ``ips`` with ``interface: 2``, routes, dns (the
-    config's ``dns`` wins when set), in the config's version.
+    config's ``dns`` wins when set), in the config's version. Without
+    ``ipam`` at 0.1.0/0.2.0 (no IP, which those results cannot carry): code
+    1 before anything is created (Go creates the veth, then fails).
 
     DEL: the container interface (when the netns and it exist), IPAM DEL
     (always), this attachment's nftables entries found by its tag (so it

@@ -47,6 +47,10 @@ class Tuning(Plugin):
 
     Errors:
 
+    * 1 prevResult has no IP and cniVersion is 0.1.0/0.2.0, whose results
+      cannot carry that: answered before anything is touched. (Go echoes
+      an IP-less prevResult labelled 0.x as ``{"cniVersion", "dns"}``, and
+      fails to parse, 999, one labelled 0.3.0 or later.)
     * 7 invalid config, naming the key: wrong types, a bad MAC (multicast
       or zero too), a key outside net.* or /proc/sys/net (``..``, absolute,
       ``kernel.*``), two spellings of one sysctl, a key the allowlist does

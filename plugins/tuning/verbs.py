@@ -17,7 +17,7 @@ from cni_skel.env import CmdArgs
 from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, ERR_IO_FAILURE, CNIError
 from cni_skel.netns import NetNS, open_netns
 from cni_skel.sysctl import sysctl_path
-from cni_skel.types import Result
+from cni_skel.types import Result, check_expressible
 
 from . import backup
 from .config import (
@@ -31,7 +31,7 @@ from .config import (
     split_sysctl_key,
 )
 
-__all__ = ["add", "check", "delete", "gc"]
+__all__ = ["add", "check", "delete", "gc", "validate_config"]
 
 NET_ROOT = "/proc/sys/net"
 #: The namespace we never write sysctls into (see `_refuse_host_netns`).
@@ -168,19 +168,38 @@ def _show(value: Any) -> str:
 # --- ADD -----------------------------------------------------------------------
 
 
-def add(args: CmdArgs, conf: TuningConf) -> Result:
-    """Apply the sysctls, then MAC, promisc, MTU, allmulti, txQLen (Go's
-    order) inside CNI_NETNS on CNI_IFNAME; see `Tuning` for the rules.
-
-    Returns prevResult with the MAC of CNI_IFNAME updated when it was set.
-    """
-    if conf.prev_result is None:
-        raise CNIError(ERR_INVALID_NETWORK_CONFIG, "tuning: required prevResult missing")
+def _settings(args: CmdArgs, conf: TuningConf) -> Any:
     s = load_settings(args, conf)
     if s.sysctls:
         patterns = load_allowlist(ALLOWLIST_FILE)
         if patterns is not None:
             check_allowed(s.sysctls, patterns, ALLOWLIST_FILE)
+    return s
+
+
+def validate_config(args: CmdArgs, conf: TuningConf) -> None:
+    """ADD's checks of the config before it enters CNI_NETNS: every sysctl
+    key (form, net.* only, duplicates) and this node's allowlist. Whether a
+    key exists and is writable in the pod is known at ADD only.
+
+    Raises:
+        CNIError: as ADD: code 7 naming the key, 5 for an unreadable allowlist.
+    """
+    _settings(args, conf)
+
+
+def add(args: CmdArgs, conf: TuningConf) -> Result:
+    """Apply the sysctls, then MAC, promisc, MTU, allmulti, txQLen (Go's
+    order) inside CNI_NETNS on CNI_IFNAME; see `Tuning` for the rules.
+
+    Returns prevResult with the MAC of CNI_IFNAME updated when it was set.
+    Code 1 before anything is touched when prevResult (the result) cannot
+    be written in the config's cniVersion (`check_expressible`).
+    """
+    if conf.prev_result is None:
+        raise CNIError(ERR_INVALID_NETWORK_CONFIG, "tuning: required prevResult missing")
+    check_expressible(conf.cni_version, conf.prev_result)
+    s = _settings(args, conf)
     changes = s.link_changes()
     result = conf.prev_result
     with NetNS.open(args.netns) as ns, ns.iproute() as ipr, ns.enter():
