@@ -25,12 +25,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMMANDS",
+    "NETNS_MAX",
     "CmdArgs",
     "is_valid_name",
     "parse_cni_args",
     "parse_env",
+    "show",
+    "validate_cni_args_text",
     "validate_container_id",
     "validate_ifname",
+    "validate_netns",
     "validate_network_name",
 ]
 
@@ -42,7 +46,9 @@ _VARS = ("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS"
 _REQUIRED: dict[str, frozenset[str]] = {
     "ADD": frozenset({"CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME"}),
     "CHECK": frozenset({"CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME"}),
-    "DEL": frozenset({"CNI_CONTAINERID", "CNI_IFNAME"}),
+    # The spec requires CNI_CONTAINERID and CNI_IFNAME; a DEL without them
+    # names no attachment and succeeds (CmdArgs.identity_error).
+    "DEL": frozenset(),
     "GC": frozenset({"CNI_PATH"}),
     "STATUS": frozenset(),
     "VERSION": frozenset(),
@@ -50,6 +56,12 @@ _REQUIRED: dict[str, frozenset[str]] = {
 
 _NAME_RE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]*")
 IFNAMSIZ = 16
+#: Longest CNI_NETNS, in bytes: PATH_MAX (4096) less the terminating NUL.
+NETNS_MAX = 4095
+# Lone surrogates: bytes that were not UTF-8 (surrogateescape). C0, DEL, C1.
+_NOT_UTF8 = re.compile("[\ud800-\udfff]")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_SHOW_MAX = 200
 
 
 def is_valid_name(name: str) -> bool:
@@ -106,21 +118,80 @@ class CmdArgs:
                 f"netns={self.netns!r}, ifname={self.ifname!r}, args={self.args!r}, "
                 f"path={self.path!r})")
 
+    def identity_error(self) -> CNIError | None:
+        """The code-4 error ADD answers for this container ID and ifname
+        (missing, or breaking `validate_container_id` / `validate_ifname`);
+        None when both are valid. ADD never makes anything for such an
+        attachment, so the skel answers its DEL with success, running no
+        plugin code: a DEL that fails for good is retried forever."""
+        for name, value, rule in (("CNI_CONTAINERID", self.container_id, validate_container_id),
+                                  ("CNI_IFNAME", self.ifname, validate_ifname)):
+            if not value:
+                return CNIError(ERR_INVALID_ENVIRONMENT_VARIABLES,
+                                f"required env variables [{name}] missing")
+            try:
+                rule(value)
+            except CNIError as exc:
+                return exc
+        return None
+
     @property
     def path_list(self) -> list[str]:
         """CNI_PATH split into directories, empty entries dropped."""
         return [p for p in self.path.split(":") if p]
 
 
+def _escape(char: str) -> str:
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8 (surrogateescape)
+        return f"\\x{code - 0xDC00:02x}"
+    return char.encode("unicode_escape").decode("ascii")
+
+
+_ESCAPED = re.compile(f"{_NOT_UTF8.pattern}|{_CONTROL.pattern}")
+
+
+def show(value: str) -> str:
+    """``value`` for a message: bytes that were not UTF-8 as ``\\xff``,
+    control characters as ``\\x01``, cut after 200 characters."""
+    shown = _ESCAPED.sub(lambda m: _escape(m.group()), value[:_SHOW_MAX])
+    if len(value) > _SHOW_MAX:
+        shown += f"... ({len(value)} characters)"
+    return shown
+
+
+def _text_rule(what: str, value: str) -> None:
+    # Shared by the rules of the variables that must be text.
+    if _NOT_UTF8.search(value):
+        raise CNIError(ERR_INVALID_ENVIRONMENT_VARIABLES, f"{what} is not valid UTF-8",
+                       show(value))
+    if _CONTROL.search(value):
+        raise CNIError(ERR_INVALID_ENVIRONMENT_VARIABLES, f"{what} contains control characters",
+                       show(value))
+
+
+def _byte_len(value: str) -> int:
+    # Length as the kernel sees it: a surrogate-escaped byte is one byte.
+    try:
+        return len(value.encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError:  # a surrogate that was never a byte
+        return len(value.encode("utf-8", "surrogatepass"))
+
+
 def validate_container_id(container_id: str) -> None:
-    """CNI_CONTAINERID rule: alphanumeric first, then ``[a-zA-Z0-9_.-]``.
+    """CNI_CONTAINERID rule: alphanumeric first, then ``[a-zA-Z0-9_.-]``, of
+    any length (the spec and the Go skel set none; the kernel caps one
+    environment string at 128 KiB). Whatever a plugin derives from the ID
+    must hold any length: records store it whole, nftables tags and file
+    names hash it when it would not fit.
 
     Raises:
-        CNIError: code 4 ``invalid characters in containerID`` (details: the ID).
+        CNIError: code 4 ``invalid characters in containerID`` (details: the
+            ID, escaped by `show`).
     """
     if not is_valid_name(container_id):
         raise CNIError(ERR_INVALID_ENVIRONMENT_VARIABLES, "invalid characters in containerID",
-                       container_id)
+                       show(container_id))
 
 
 def validate_network_name(name: str) -> None:
@@ -138,14 +209,17 @@ def validate_network_name(name: str) -> None:
 
 
 def validate_ifname(ifname: str) -> None:
-    """Linux interface name rule: 1-15 bytes, not ``.``/``..``, no ``/``, ``:`` or space.
+    """Linux interface name rule: 1-15 bytes, not ``.``/``..``, no ``/``,
+    ``:`` or space (the Go skel's), and text: UTF-8 without control
+    characters (ours: the result names the interface in a JSON string).
 
     Raises:
-        CNIError: code 4, with the Go skel's messages.
+        CNIError: code 4, with the Go skel's messages, or ``interface name is
+            not valid UTF-8`` / ``interface name contains control characters``.
     """
     if not ifname:
         raise CNIError(ERR_INVALID_ENVIRONMENT_VARIABLES, "interface name is empty")
-    if len(ifname.encode("utf-8", "surrogateescape")) > IFNAMSIZ - 1:
+    if _byte_len(ifname) > IFNAMSIZ - 1:
         raise CNIError(ERR_INVALID_ENVIRONMENT_VARIABLES, "interface name is too long",
                        f"interface name should be less than {IFNAMSIZ} characters")
     if ifname in (".", ".."):
@@ -153,9 +227,42 @@ def validate_ifname(ifname: str) -> None:
     if any(c in "/:" or c.isspace() for c in ifname):
         raise CNIError(ERR_INVALID_ENVIRONMENT_VARIABLES,
                        "interface name contains / or : or whitespace characters")
+    _text_rule("interface name", ifname)
 
 
-_VALIDATORS = {"CNI_CONTAINERID": validate_container_id, "CNI_IFNAME": validate_ifname}
+def validate_netns(netns: str) -> None:
+    """CNI_NETNS rule (ours; the Go skel has none): text (UTF-8, no control
+    characters) of at most `NETNS_MAX` bytes. Whether the path exists is the
+    plugin's business (code 3 when it does not).
+
+    Raises:
+        CNIError: code 4 ``CNI_NETNS is not valid UTF-8`` / ``... contains
+            control characters`` / ``... is too long``.
+    """
+    _text_rule("CNI_NETNS", netns)
+    if _byte_len(netns) > NETNS_MAX:
+        raise CNIError(ERR_INVALID_ENVIRONMENT_VARIABLES, "CNI_NETNS is too long",
+                       f"{_byte_len(netns)} bytes, at most {NETNS_MAX}")
+
+
+def validate_cni_args_text(raw: str) -> None:
+    """CNI_ARGS must be text (UTF-8, no control characters); its pairs are
+    checked by `parse_cni_args` and the plugin's model.
+
+    Raises:
+        CNIError: code 4 ``CNI_ARGS is not valid UTF-8`` / ``CNI_ARGS
+            contains control characters``.
+    """
+    _text_rule("CNI_ARGS", raw)
+
+
+# ADD and CHECK hold every given variable to its rule. DEL holds none (see
+# the module doc): a broken container ID or ifname is `CmdArgs.identity_error`,
+# a broken CNI_NETNS or CNI_ARGS is taken as not given.
+_RULES = {"CNI_CONTAINERID": validate_container_id, "CNI_NETNS": validate_netns,
+          "CNI_IFNAME": validate_ifname, "CNI_ARGS": validate_cni_args_text}
+_RULED = frozenset({"ADD", "CHECK"})
+_DEL_DROPPED = frozenset({"CNI_NETNS", "CNI_ARGS"})
 
 
 def parse_env(env: Mapping[str, str], stdin_data: bytes = b"") -> CmdArgs:
@@ -163,10 +270,14 @@ def parse_env(env: Mapping[str, str], stdin_data: bytes = b"") -> CmdArgs:
 
     Mirrors the Go skel: walk the variables in order, fail on the first value
     that breaks its rule, then report every missing required one at once.
+    DEL fails on nothing here: a CNI_NETNS or CNI_ARGS that ADD would refuse
+    comes out as "" (not given), and a missing or broken container ID or
+    ifname is left for the skel to see in `CmdArgs.identity_error`.
 
     Raises:
         CNIError: code 4 ``required env variables [A,B] missing``,
-            ``unknown CNI_COMMAND: X``, or a container ID / ifname rule.
+            ``unknown CNI_COMMAND: X``, or a rule of `validate_container_id`,
+            `validate_ifname`, `validate_netns`, `validate_cni_args_text`.
     """
     cmd = env.get("CNI_COMMAND", "")
     required = _REQUIRED.get(cmd, frozenset())
@@ -174,12 +285,17 @@ def parse_env(env: Mapping[str, str], stdin_data: bytes = b"") -> CmdArgs:
     values = {}
     for name in _VARS:
         value = env.get(name, "")
-        values[name] = value
         if not value:
             if name == "CNI_COMMAND" or name in required:
                 missing.append(name)
-        elif name in required and name in _VALIDATORS:
-            _VALIDATORS[name](value)
+        elif cmd in _RULED and name in _RULES:
+            _RULES[name](value)
+        elif cmd == "DEL" and name in _DEL_DROPPED:
+            try:
+                _RULES[name](value)
+            except CNIError:
+                value = ""
+        values[name] = value
     if missing:
         raise CNIError(ERR_INVALID_ENVIRONMENT_VARIABLES,
                        f"required env variables [{','.join(missing)}] missing")

@@ -7,6 +7,7 @@ No pytest here: `cni_skel.testing` builds its fixtures on this, and
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -143,14 +144,20 @@ def tcp_echo(server_ns: TestNetNS | str, server_ip: str, client_ns: TestNetNS | 
 
         thread = threading.Thread(target=serve, daemon=True)
         thread.start()
-        with NetNS.open(_ns_path(client_ns)) as cns, cns.enter():
-            client = socket.socket(family, socket.SOCK_STREAM)
-        with client:
-            client.settimeout(timeout)
-            client.connect((dest_ip or server_ip, port))
-            client.sendall(payload)
-            echoed = client.recv(65536)
-        thread.join(timeout)
+        try:
+            with NetNS.open(_ns_path(client_ns)) as cns, cns.enter():
+                client = socket.socket(family, socket.SOCK_STREAM)
+            with client:
+                client.settimeout(timeout)
+                client.connect((dest_ip or server_ip, port))
+                client.sendall(payload)
+                echoed = client.recv(65536)
+        finally:
+            # An accept still waiting keeps the port bound after close():
+            # wake it first, so the next call can bind the same port.
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)
+            thread.join(timeout)
     finally:
         listener.close()
     return echoed, (seen[0] if seen else "")

@@ -61,11 +61,19 @@ def attachment_tag(container_id: str, ifname: str) -> str:
     comment (`COMMENT_MAX`), ``"sha256:<hex>"`` of it. Compare tags, not
     parsed IDs: GC computes the tags of the valid attachments and removes the
     entries whose tag is not among them.
+
+    Any string gets a tag, never an exception: a GC list may name what no
+    ADD accepted (lone surrogates from JSON ``\\udcff`` escapes, which are
+    not UTF-8); such a tag is hashed, and matches no entry.
     """
     tag = f"{container_id}/{ifname}"
-    if len(tag.encode()) <= COMMENT_MAX:
+    try:
+        raw = tag.encode()
+    except UnicodeEncodeError:
+        raw = b""
+    if raw and len(raw) <= COMMENT_MAX:
         return tag
-    return "sha256:" + hashlib.sha256(tag.encode()).hexdigest()
+    return "sha256:" + hashlib.sha256(tag.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class NftError(CNIError):

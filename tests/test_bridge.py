@@ -249,9 +249,12 @@ def test_masquerade_and_spoofcheck_entries_add_del_gc(bridge, node, netns_factor
     assert sorted(v for v, _ in table.elements(pods4)) == sorted(
         str(ip_of(r).ip) for r in results)
     spoof = nft_table(node, "bridge", TABLE)
-    assert sorted(v for v, _ in spoof.elements("spoofchk_ports")) == sorted(
+    # the network's own spoof-check sets (test_gc_isolation.py: two networks)
+    ports = next(n for n in spoof.sets if n.endswith("_spoofchk_ports"))
+    allowed = next(n for n in spoof.sets if n.endswith("_spoofchk_allowed"))
+    assert sorted(v for v, _ in spoof.elements(ports)) == sorted(
         r["interfaces"][1]["name"] for r in results)
-    assert sorted(tuple(v["concat"]) for v, _ in spoof.elements("spoofchk_allowed")) == sorted(
+    assert sorted(tuple(v["concat"]) for v, _ in spoof.elements(allowed)) == sorted(
         (r["interfaces"][1]["name"], r["interfaces"][2]["mac"]) for r in results)
     # the rules exist once, however many pods
     assert len(table.chain_rules("postrouting")) == 2
@@ -315,7 +318,9 @@ def test_spoofcheck_drops_frames_from_another_mac(bridge, node, netns_factory, t
         check(bridge, dict(c, prevResult=results[0]), node, pods[0], cid="c0")
     for i, p in enumerate(pods):
         delete(bridge, c, node, p, cid=f"c{i}")
-    assert _elements(node, "bridge") == {"spoofchk_allowed": [], "spoofchk_ports": []}
+    spoof = _elements(node, "bridge")
+    assert sorted(n.split("_", 2)[-1] for n in spoof) == ["spoofchk_allowed", "spoofchk_ports"]
+    assert all(v == [] for v in spoof.values())
 
 
 # --- CHECK ----------------------------------------------------------------------

@@ -27,12 +27,25 @@ which is upstream's per-container rule ``ip saddr A ip daddr != S masquerade``
 Spoof check, table ``bridge cni_skel_bridge``::
 
     chain prerouting { type filter hook prerouting priority -300; }
-        iifname @spoofchk_ports iifname . ether saddr != @spoofchk_allowed drop
-    set spoofchk_ports   { type ifname; }               # host veths checked
-    set spoofchk_allowed { type ifname . ether_addr; }  # (host veth, pod MAC)
+        iifname @<N>_spoofchk_ports iifname . ether saddr != @<N>_spoofchk_allowed drop
+                                                     # one rule per network
+    set <N>_spoofchk_ports   { type ifname; }               # host veths checked
+    set <N>_spoofchk_allowed { type ifname . ether_addr; }  # (host veth, pod MAC)
 
 Frames entering the bridge from a checked port must carry the pod's MAC, as
-upstream's per-container ``macspoofchk`` chains.
+upstream's per-container ``macspoofchk`` chains. Each network has its own
+sets (as for masquerade), so DEL and GC of one network never remove another
+network's elements, whatever its valid attachments.
+
+Before per-network sets, every network shared ``spoofchk_ports`` and
+``spoofchk_allowed`` (one rule, comment ``macspoofchk``). A node upgraded
+with such elements keeps them working: the old rule still checks them, DEL
+removes an attachment's old elements by its tag (an attachment belongs to
+one network), CHECK accepts them, and GC removes an old element whose tag is
+not valid only when its host veth is gone (an old element does not say its
+network; with the veth gone it protects no pod of any network, and could
+only misfire on a new veth of the same name). The old rule and sets stay,
+empty in the end.
 
 Rules are created once, in the same transaction as a ``create`` of an object
 that fails with EEXIST when the layout is already there (so concurrent first
@@ -45,7 +58,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from cni_skel.nft import Nft, NftError, Table
@@ -55,8 +68,9 @@ __all__ = ["Masquerade", "SpoofCheck", "apply", "network_id"]
 TABLE = "cni_skel_bridge"
 MASQ_FAMILY = "inet"
 SPOOF_FAMILY = "bridge"
-PORTS = "spoofchk_ports"
-ALLOWED = "spoofchk_allowed"
+#: The sets every network shared before per-network spoof-check sets.
+LEGACY_PORTS = "spoofchk_ports"
+LEGACY_ALLOWED = "spoofchk_allowed"
 MULTICAST = {4: ("224.0.0.0", 4), 6: ("ff00::", 8)}
 _P = {4: "ip", 6: "ip6"}
 _ADDR_TYPE = {4: "ipv4_addr", 6: "ipv6_addr"}
@@ -184,10 +198,15 @@ class Masquerade:
 
 
 class SpoofCheck:
-    """MAC spoof check for pods' host-side veths (upstream ``macspoofchk``)."""
+    """MAC spoof check for the pods' host-side veths of one network
+    (upstream ``macspoofchk``), in the network's own sets."""
 
-    def __init__(self, nft: Nft | None = None) -> None:
+    def __init__(self, network: str, nft: Nft | None = None) -> None:
+        self.network = network
+        self.id = network_id(network)
         self.nft = nft or Nft()
+        self.ports = f"{self.id}_spoofchk_ports"
+        self.allowed = f"{self.id}_spoofchk_allowed"
 
     def layout(self) -> list[dict]:
         f = SPOOF_FAMILY
@@ -195,55 +214,85 @@ class SpoofCheck:
             {"add": {"table": {"family": f, "name": TABLE}}},
             {"add": _obj("chain", f, name="prerouting", type="filter", hook="prerouting",
                          prio=-300, policy="accept")},
-            {"add": _obj("set", f, name=ALLOWED, type=["ifname", "ether_addr"])},
-            # EEXIST here means the layout exists.
-            {"create": _obj("set", f, name=PORTS, type="ifname")},
-            {"add": _obj("rule", f, chain="prerouting", comment="macspoofchk", expr=[
+            {"add": _obj("set", f, name=self.allowed, type=["ifname", "ether_addr"])},
+            # EEXIST here means the network's layout exists.
+            {"create": _obj("set", f, name=self.ports, type="ifname")},
+            {"add": _obj("rule", f, chain="prerouting", comment=self.network[:200], expr=[
                 {"match": {"op": "==", "left": {"meta": {"key": "iifname"}},
-                           "right": f"@{PORTS}"}},
+                           "right": f"@{self.ports}"}},
                 {"match": {"op": "!=", "left": {"concat": [
                     {"meta": {"key": "iifname"}},
                     {"payload": {"protocol": "ether", "field": "saddr"}}]},
-                    "right": f"@{ALLOWED}"}},
+                    "right": f"@{self.allowed}"}},
                 {"drop": None}])},
         ]
 
-    @staticmethod
-    def elements(port: str, mac: str, tag: str) -> list[dict]:
+    def elements(self, port: str, mac: str, tag: str) -> list[dict]:
         """Commands allowing only ``mac`` from host veth ``port``."""
         return [
-            {"add": _obj("element", SPOOF_FAMILY, name=ALLOWED, elem=[
+            {"add": _obj("element", SPOOF_FAMILY, name=self.allowed, elem=[
                 {"elem": {"val": {"concat": [port, mac]}, "comment": tag}}])},
-            {"add": _obj("element", SPOOF_FAMILY, name=PORTS, elem=[
+            {"add": _obj("element", SPOOF_FAMILY, name=self.ports, elem=[
                 {"elem": {"val": port, "comment": tag}}])},
         ]
 
     def entries(self, tags: set[str] | None = None, *, keep: set[str] | None = None,
-                table: Table | None = None) -> list[dict]:
+                table: Table | None = None,
+                port_gone: Callable[[str], bool] | None = None) -> list[dict]:
+        """Delete commands for this network's elements tagged with ``tags``
+        (or, with ``keep``, with any tag not in ``keep``). Elements of the
+        shared sets of old versions: those tagged with ``tags``; with
+        ``keep``, those whose tag is not kept and whose host veth
+        ``port_gone`` says is gone (none without ``port_gone``)."""
         table = table if table is not None else self.nft.table(SPOOF_FAMILY, TABLE)
         if table is None:
             return []
         cmds = []
-        for name in (PORTS, ALLOWED):
+        for name in (self.ports, self.allowed):
             vals = table.tagged(name, tags, keep=keep)
+            if vals:
+                cmds.append({"delete": _obj("element", SPOOF_FAMILY, name=name, elem=vals)})
+        for name in (LEGACY_PORTS, LEGACY_ALLOWED):
+            if tags is not None:
+                vals = table.tagged(name, tags)
+            elif keep is not None and port_gone is not None:
+                vals = [v for v, _d, c in table.entries(name)
+                        if c is not None and c not in keep and port_gone(_port_of(v))]
+            else:
+                vals = []
             if vals:
                 cmds.append({"delete": _obj("element", SPOOF_FAMILY, name=name, elem=vals)})
         return cmds
 
     def missing(self, port: str, mac: str, tag: str) -> list[str]:
+        """What CHECK finds wrong (an attachment whose elements are in the
+        old shared sets passes while the old rule is there)."""
         table = self.nft.table(SPOOF_FAMILY, TABLE)
         if table is None:
             return [f"nftables table {SPOOF_FAMILY} {TABLE} is missing"]
+        sets = (self.ports, self.allowed)
+        if (port, tag) not in set(table.elements(self.ports)) \
+                and (port, tag) in set(table.elements(LEGACY_PORTS)):
+            sets = (LEGACY_PORTS, LEGACY_ALLOWED)
+        ports, allowed = sets
         problems = []
-        if not table.chain_rules("prerouting"):
-            problems.append("macspoofchk rule is missing")
-        if (port, tag) not in {(v, c) for v, c in table.elements(PORTS)}:
-            problems.append(f"{port} is not in set {PORTS}")
-        allowed = {(tuple(v["concat"]) if isinstance(v, dict) else v, c)
-                   for v, c in table.elements(ALLOWED)}
-        if ((port, mac), tag) not in allowed:
-            problems.append(f"{port} . {mac} is not in set {ALLOWED}")
+        if not any(e.get("match", {}).get("right") == f"@{ports}"
+                   for r in table.chain_rules("prerouting") for e in r.get("expr", ())):
+            problems.append(f"macspoofchk rule of set {ports} is missing")
+        if (port, tag) not in set(table.elements(ports)):
+            problems.append(f"{port} is not in set {ports}")
+        have = {(tuple(v["concat"]) if isinstance(v, dict) else v, c)
+                for v, c in table.elements(allowed)}
+        if ((port, mac), tag) not in have:
+            problems.append(f"{port} . {mac} is not in set {allowed}")
         return problems
+
+
+def _port_of(val: Any) -> str:
+    # A ports element is the name; an allowed one ``{"concat": [name, mac]}``.
+    if isinstance(val, dict) and "concat" in val:
+        return str(val["concat"][0])
+    return str(val)
 
 
 def apply(nft: Nft, elements: list[dict], layouts: list[list[dict]], what: str) -> None:

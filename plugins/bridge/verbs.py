@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import ipaddress
 import os
 import sys
@@ -13,12 +14,12 @@ from pyroute2 import IPRoute
 
 from cni_skel import netlink
 from cni_skel.env import CmdArgs
-from cni_skel.errors import ERR_INTERNAL, CNIError
+from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, CNIError
 from cni_skel.invoke import delegate_check, delegate_del, delegate_gc, delegate_status
 from cni_skel.netns import NetNS, open_netns
-from cni_skel.nft import Nft, attachment_tag, nft_status
+from cni_skel.nft import Nft, NftError, attachment_tag, nft_status
 from cni_skel.sysctl import write_sysctl
-from cni_skel.types import Interface, Result
+from cni_skel.types import Interface, Result, check_expressible
 
 from .config import BridgeConf
 from .rules import Masquerade, SpoofCheck, apply
@@ -156,6 +157,9 @@ def _masq_addrs(result: Result) -> list[Any]:
 
 
 def add(args: CmdArgs, conf: BridgeConf) -> Result:
+    # Without IPAM the result has no IP: 0.1.0/0.2.0 cannot carry it, so
+    # say so before the bridge and veth exist (Go creates them, then fails).
+    check_expressible(conf.cni_version, has_ip=conf.layer3)
     undo: list[Callable[[], Any]] = []
     with NetNS.open(args.netns) as netns, IPRoute() as ipr:
         try:
@@ -201,7 +205,7 @@ def _add(args: CmdArgs, conf: BridgeConf, netns: NetNS, ipr: IPRoute,
     nft_layouts: list[list[dict]] = []
     nft = Nft() if (conf.macspoofchk or (conf.ip_masq and conf.layer3)) else None
     if conf.macspoofchk:
-        spoof = SpoofCheck(nft)
+        spoof = SpoofCheck(conf.name, nft)
         nft_elements += spoof.elements(host["name"], cont["mac"], tag)
         nft_layouts.append(spoof.layout())
 
@@ -278,21 +282,24 @@ def _finish(ipr: IPRoute, args: CmdArgs, conf: BridgeConf, result: Result, host:
 
 
 def _entries(conf: BridgeConf, nft: Nft, tags: set[str] | None = None, *,
-             keep: set[str] | None = None) -> list[dict]:
+             keep: set[str] | None = None,
+             port_gone: Callable[[str], bool] | None = None) -> list[dict]:
     """Delete commands for the nftables entries of ``tags`` (or of every tag
-    not in ``keep``) on this network: masquerade and spoof check together."""
+    not in ``keep``) on this network: masquerade and spoof check together,
+    each in this network's own sets (`SpoofCheck.entries` for the sets old
+    versions shared, and ``port_gone``)."""
     cmds: list[dict] = []
     if conf.ip_masq:
         cmds += Masquerade(conf.name, nft).entries(tags, keep=keep)
     if conf.macspoofchk:
-        cmds += SpoofCheck(nft).entries(tags, keep=keep)
+        cmds += SpoofCheck(conf.name, nft).entries(tags, keep=keep, port_gone=port_gone)
     return cmds
 
 
 def delete(args: CmdArgs, conf: BridgeConf) -> None:
     """IPAM DEL always; then the container interface and this attachment's
-    nftables entries, each only if still there (Go's order: interface,
-    IPAM, nftables)."""
+    nftables entries in this network's sets, each only if still there (Go's
+    order: interface, IPAM, nftables)."""
     if args.netns:
         netns = open_netns(args.netns, missing_ok=True)
         if netns is not None:
@@ -369,22 +376,49 @@ def check(args: CmdArgs, conf: BridgeConf) -> None:
     if conf.ip_masq and conf.layer3:
         problems += Masquerade(conf.name).missing([ipc.address for ipc in prev.ips], tag)
     if conf.macspoofchk:
-        problems += SpoofCheck().missing(host["name"], cont["mac"], tag)
+        problems += SpoofCheck(conf.name).missing(host["name"], cont["mac"], tag)
     if problems:
         raise CNIError(ERR_INTERNAL, "; ".join(problems))
 
 
 def gc(args: CmdArgs, conf: BridgeConf) -> None:
-    """IPAM GC, then nftables entries of attachments not in
-    ``cni.dev/valid-attachments`` (one transaction, none when clean)."""
+    """IPAM GC, then this network's nftables entries of attachments not in
+    ``cni.dev/valid-attachments`` (one transaction, none when clean; other
+    networks' sets are never looked at). Best effort (spec): the nftables
+    part runs even when IPAM GC failed, whose error is answered after it.
+
+    Raises:
+        CNIError: code 7 without a list of valid attachments (nothing is
+            removed, as host-local and portmap); IPAM's error; 999 when
+            nftables refuses.
+    """
+    valid_list = conf.attachment_list()
+    if valid_list is None:
+        raise CNIError(ERR_INVALID_NETWORK_CONFIG, "GC needs cni.dev/valid-attachments",
+                       "without the list of valid attachments nothing is removed")
+    ipam_error: CNIError | None = None
     if conf.layer3:
         assert conf.ipam is not None
-        delegate_gc(conf.ipam.type, args.stdin_data, args)
+        try:
+            delegate_gc(conf.ipam.type, args.stdin_data, args)
+        except CNIError as exc:
+            ipam_error = exc
     if conf.ip_masq or conf.macspoofchk:
-        keep = {attachment_tag(a.container_id, a.ifname)
-                for a in (conf.attachment_list() or [])}
+        keep = {attachment_tag(a.container_id, a.ifname) for a in valid_list}
         nft = Nft()
-        nft.run(_entries(conf, nft, keep=keep), what="bridge GC")
+        for attempt in range(3):
+            with IPRoute() as ipr:
+                cmds = _entries(conf, nft, keep=keep,
+                                port_gone=lambda p: netlink.find_link(ipr, p) is None)
+            try:
+                nft.run(cmds, what="bridge GC")
+                break
+            except NftError as e:
+                # An element went meanwhile (a DEL of an old shared-set one): list again.
+                if e.errno != errno.ENOENT or attempt == 2:
+                    raise
+    if ipam_error is not None:
+        raise ipam_error
 
 
 def status(args: CmdArgs, conf: BridgeConf) -> None:

@@ -35,6 +35,7 @@ from cni_skel.nft import (
     lookup,
     nft_status,
 )
+from cni_skel.types import check_expressible
 
 from . import layout as L
 from .config import PROTOCOLS, PortMapConf
@@ -372,6 +373,7 @@ def _need_prev(conf: PortMapConf) -> None:
 
 def add(args: CmdArgs, conf: PortMapConf) -> Any:
     _need_prev(conf)
+    check_expressible(conf.cni_version, conf.prev_result)  # the result is prevResult
     if not conf.port_mappings:
         return conf.prev_result
     gid, want = _wanted(args, conf)
