@@ -106,14 +106,22 @@ def install(bin_dir: str, python: str | None, force: bool, worker_socket: str, o
               help="On SIGTERM, how long to wait for requests in flight.")
 @click.option("--spares", type=click.IntRange(1, 64), default=2, show_default=True,
               help="Idle pre-forked children kept ready.")
+@click.option("--request-timeout", type=click.FloatRange(0.1), default=30.0, show_default=True,
+              metavar="SECONDS", help="Time a client has to send its whole request.")
+@click.option("--run-timeout", type=click.FloatRange(1), default=600.0, show_default=True,
+              metavar="SECONDS", help="Time a request may run before its child is killed "
+                                      "(answered code 11).")
 def worker(socket_path: str, check: bool, preload: tuple[str, ...],
-           drain_timeout: float, spares: int) -> None:
+           drain_timeout: float, spares: int, request_timeout: float,
+           run_timeout: float) -> None:
     """Serve plugin calls from the installed launchers (warm worker mode).
 
     Imports every registered plugin (and pyroute2, pydantic) once and keeps
     pre-forked children; each serves one call: it enters the caller's
-    namespaces and runs the plugin as its executable would. Only root clients are served. Without a
-    worker the launchers run the plugins themselves (one-shot)."""
+    namespaces and runs the plugin as its executable would. Only root clients holding
+    CAP_NET_ADMIN and CAP_SYS_ADMIN are served, and only the registered plugins and those
+    given with --preload (import path: PYTHONPATH). Without a worker the launchers run
+    the plugins themselves (one-shot)."""
     from . import worker as worker_mod
 
     if check:
@@ -123,7 +131,8 @@ def worker(socket_path: str, check: bool, preload: tuple[str, ...],
     if os.geteuid() != 0:
         raise click.ClickException("the worker enters other namespaces: run it as root")
     refs = sorted(set(plugin_registry().values())) + list(preload)
-    sys.exit(worker_mod.serve(socket_path, refs, drain_timeout=drain_timeout, spares=spares))
+    sys.exit(worker_mod.serve(socket_path, refs, drain_timeout=drain_timeout, spares=spares,
+                              request_timeout=request_timeout, run_timeout=run_timeout))
 
 
 # --------------------------------------------------------------------------
@@ -416,22 +425,45 @@ def del_(network: str, netns: str, **opts: Any) -> None:
 
 
 
+#: Exit status of `status` and `validate` when they cannot tell: the plugins
+#: were not asked (STATUS below 1.1.0), or a plugin's config was not checked.
+_EXIT_UNKNOWN = 3
+#: CNI_CONTAINERID of the ADD whose config checks `validate` runs (nothing
+#: is created for it).
+_VALIDATE_CONTAINER_ID = "cni-skel-validate"
+
+
 @main.command(epilog="\b\nExamples:\n"
-              "  cni-skel gc mynet                       # every cached attachment is stale\n"
-              "  cni-skel gc mynet --valid cnitool-3f2a9c1e0b7d4a6c8e21:eth0")
+              "  cni-skel gc mynet                      # dry run: what GC would remove\n"
+              "  cni-skel gc mynet --valid cnitool-3f2a9c1e0b7d4a6c8e21:eth0 --valid c2:eth0\n"
+              "  cni-skel gc mynet --yes                # no attachment is valid: remove all")
 @_runtime_options
 @click.option("--valid", "valid", multiple=True, metavar="CONTAINERID:IFNAME",
-              help="An attachment still in use (repeat for each); the others are stale.")
+              help="An attachment still in use (repeat for each); the others are stale. "
+                   "Given, GC acts.")
+@click.option("--yes", is_flag=True,
+              help="Act without --valid: no attachment is valid, so the state of every "
+                   "attachment of NETWORK goes, that of running pods included.")
+@click.option("--dry-run", is_flag=True,
+              help="Only show what GC would do (the default without --valid and --yes).")
 @click.argument("network")
 @click.argument("netns", required=False)
-def gc(network: str, netns: str | None, valid: tuple[str, ...], **opts: Any) -> None:
+def gc(network: str, netns: str | None, valid: tuple[str, ...], yes: bool, dry_run: bool,
+       **opts: Any) -> None:
     """GC NETWORK: DEL every cached attachment of it that is not --valid, then
     (cniVersion 1.1.0 and later) send GC to each plugin with the valid
-    attachments so it can release what nobody uses (IPs, firewall rules).
-    Best effort: goes on past errors and reports them all. Does nothing when
-    the network sets disableGC.
+    attachments, so that it releases what it holds for NETWORK on behalf of
+    any other attachment (addresses, firewall entries), attachments the
+    cache does not know included. Best effort: goes on past errors and
+    reports them all. Does nothing when the network sets disableGC.
 
-    Without --valid every attachment of NETWORK is stale, as with cnitool.
+    Nothing changes without --valid or --yes: a running pod left out of the
+    valid list would lose its state (its address could be handed out
+    again). Then, and with --dry-run, GC prints the cached attachments it
+    would DEL (and whether their netns still exists) and what it would ask
+    the plugins, and exits 0. cnitool's gc acts with no valid attachment:
+    that is --yes here.
+
     NETNS is accepted for cnitool compatibility and ignored."""
     from .errors import CNIError
     from .runtime import GCAttachment
@@ -447,6 +479,13 @@ def gc(network: str, netns: str | None, valid: tuple[str, ...], **opts: Any) -> 
     if netlist.disable_gc:
         click.echo(f"cni-skel: network \"{network}\" sets disableGC: nothing done", err=True)
         return
+    if dry_run or not (pairs or yes):
+        try:
+            _gc_plan(runtime, netlist, pairs, yes)
+        except CNIError as exc:
+            raise CNICommandError(describe_error(exc, operation="GC (dry run)",
+                                                 network=network)) from None
+        return
     try:
         removed = runtime.gc(netlist, pairs)
     except CNIError as exc:
@@ -458,15 +497,78 @@ def gc(network: str, netns: str | None, valid: tuple[str, ...], **opts: Any) -> 
                f"{asked}", err=True)
 
 
+def _gc_plan(runtime: Any, netlist: Any, valid: list[Any], yes: bool) -> None:
+    """Print what `Runtime.gc` would do with ``valid``, from the cache and the
+    config only (nothing is run, nothing changes)."""
+    echo = click.echo
+    name, version = netlist.name, netlist.cni_version
+    stale = runtime.stale_attachments(netlist, valid)
+    stale_paths = {a.path for a in stale}
+    kept = [a for a in runtime.get_cached_attachments()
+            if a.network == name and a.path not in stale_paths]
+    echo(f"GC of network \"{name}\" (cniVersion {version}): dry run, nothing changed")
+    if valid:
+        echo("valid attachments: " + ", ".join(f"{a.container_id}:{a.ifname}" for a in valid))
+    else:
+        echo("valid attachments: none" + (" (--yes)" if yes else " given")
+             + ": every attachment of the network counts as stale")
+    echo(f"1. DEL of each cached attachment not valid "
+         f"(cache {os.path.join(runtime.cache_dir, 'results')}):")
+    for att in stale:
+        echo(f"     {att.container_id}:{att.ifname}  {_netns_note(att.netns)}")
+    if not stale:
+        echo("     none")
+    for att in kept:
+        echo(f"     kept (valid): {att.container_id}:{att.ifname}")
+    if _at_least(version, "1.1.0"):
+        listed = (f"the {len(valid)} valid attachment(s)" if valid else "no attachment")
+        echo(f"2. GC to each plugin, with cni.dev/valid-attachments listing {listed}: "
+             + ", ".join(_plugin_label(p) for p in netlist.plugins))
+        echo(f"     each releases what it holds for network \"{name}\" for any attachment "
+             "not listed (e.g. addresses, firewall entries), also of attachments this cache "
+             "does not know")
+    else:
+        echo(f"2. no GC to the plugins: cniVersion {version} has none (GC exists from 1.1.0)")
+    if valid or yes:
+        echo("to act: the same command without --dry-run")
+    else:
+        echo(f"to act: cni-skel gc {name} --valid CONTAINERID:IFNAME ... (every attachment "
+             "still in use), or --yes when none is")
+
+
+def _netns_note(path: str) -> str:
+    if not path:
+        return "(no netns cached)"
+    if os.path.exists(path):
+        return f"netns {path} exists: its pod may still be running"
+    return f"netns {path} is gone"
+
+
+def _ipam_type(conf: dict[str, Any]) -> str:
+    """The ``ipam.type`` of a plugin object (spec: the IPAM plugin it
+    delegates to), "" when there is none."""
+    ipam = conf.get("ipam")
+    kind = ipam.get("type") if isinstance(ipam, dict) else None
+    return kind if isinstance(kind, str) else ""
+
+
+def _plugin_label(plugin: Any) -> str:
+    ipam = _ipam_type(plugin.conf)
+    return plugin.type + (f" (and its IPAM {ipam})" if ipam else "")
+
+
 @main.command(epilog="\b\nExample:\n  cni-skel status mynet && echo ready")
 @_runtime_options
 @click.argument("network")
 @click.argument("netns", required=False)
 def status(network: str, netns: str | None, **opts: Any) -> None:
-    """STATUS of NETWORK: ask each plugin whether it can serve ADD now; exit 0
-    when all can, 1 with the first plugin's code (50: cannot serve ADD, 51:
-    existing containers may lose connectivity) otherwise. Networks older than
-    cniVersion 1.1.0 have no STATUS and count as ready.
+    """STATUS of NETWORK: ask each plugin whether it can serve ADD now.
+
+    Exit status: 0 when every plugin said it can; 1 when one cannot (its
+    code: 50 cannot serve ADD, 51 existing containers may lose connectivity)
+    or on any other error; 3 when the plugins were not asked: STATUS exists
+    from cniVersion 1.1.0 on, so for an older network nobody can tell
+    (libcni's GetStatusNetworkList answers success for it without asking).
 
     NETNS is accepted for cnitool compatibility and ignored."""
     from .errors import CNIError
@@ -478,12 +580,13 @@ def status(network: str, netns: str | None, **opts: Any) -> None:
     except CNIError as exc:
         raise CNICommandError(describe_error(exc, operation="STATUS", network=network)) \
             from None
-    if asked:
-        click.echo(f"cni-skel: network \"{network}\" is ready "
-                   f"({len(netlist.plugins)} plugin(s) asked)", err=True)
-    else:
-        click.echo(f"cni-skel: network \"{network}\" has cniVersion {netlist.cni_version}: "
-                   "STATUS needs 1.1.0, nothing asked", err=True)
+    if not asked:
+        click.echo(f"cni-skel: network \"{network}\" has cniVersion {netlist.cni_version}: its "
+                   "plugins were not asked (STATUS exists from cniVersion 1.1.0), so whether it "
+                   "can serve ADD is unknown (libcni answers success without asking)", err=True)
+        sys.exit(_EXIT_UNKNOWN)
+    click.echo(f"cni-skel: network \"{network}\" is ready "
+               f"({len(netlist.plugins)} plugin(s) asked)", err=True)
 
 
 def _at_least(version: str, minimum: str) -> bool:
@@ -500,16 +603,28 @@ def _at_least(version: str, minimum: str) -> bool:
 @click.option("--cni-path", envvar="CNI_PATH", default="/opt/cni/bin", show_default=True,
               metavar="DIRS", help="Plugin directories for the pre-flight [env CNI_PATH].")
 @click.option("--offline", is_flag=True,
-              help="Check the config only; do not ask the plugins VERSION.")
+              help="Do not look at CNI_PATH: no VERSION; configs are checked with the "
+                   "registered cni-skel plugins of the same type.")
 @click.argument("target", metavar="FILE|NAME")
 def validate(target: str, conf_dir: str, cni_path: str, offline: bool) -> None:
     """Validate a network configuration: a config FILE, or the network NAME
-    looked up in NETCONFPATH. Checks the format (name rule, plugin types,
-    flags, cniVersion/cniVersions and the version chosen from them), then,
-    unless --offline, asks each plugin VERSION and checks it supports the
-    chosen version. Exit 0 when valid."""
+    looked up in NETCONFPATH.
+
+    Checks the format (name rule, plugin types, flags, cniVersion/cniVersions
+    and the version chosen from them); unless --offline, asks each plugin
+    VERSION and checks it supports the chosen version. Then each plugin's
+    config gets the checks ADD makes, with ADD's messages: for a cni-skel
+    plugin (its executable in CNI_PATH is a cni-skel launcher or script),
+    its config model and config checks run here, and those of its ipam
+    delegate when that is one too. What needs a pod, a prevResult or the
+    node's state (free addresses, nftables, sysctls in the pod) is checked
+    by ADD only. Other plugins' configs are listed as not checked: CNI has
+    no verb that checks a config without acting on it.
+
+    Exit status: 0 valid, every config checked; 1 a problem found; 3 no
+    problem found, but some plugin's config could not be checked."""
     from .errors import CNIError
-    from .runtime import Runtime, load_file
+    from .runtime import Runtime, RuntimeConf, derive_request_config, load_file
 
     runtime = Runtime(conf_dir=conf_dir, bin_dirs=cni_path, stderr=sys.stderr)
     try:
@@ -529,16 +644,22 @@ def validate(target: str, conf_dir: str, cni_path: str, offline: bool) -> None:
         f"{key}={str(getattr(netlist, attr)).lower()}"
         for key, attr in (("disableCheck", "disable_check"), ("disableGC", "disable_gc"),
                           ("loadOnlyInlinedPlugins", "load_only_inlined_plugins"))))
-    problems = []
+    registry = plugin_registry()
+    problems: list[str] = []
+    unchecked: list[str] = []
+    rt = RuntimeConf(_VALIDATE_CONTAINER_ID, "", "eth0")
     for i, plugin in enumerate(netlist.plugins, 1):
         caps = ", ".join(plugin.capabilities) or "-"
         origin = "" if plugin.source == netlist.source else f"  (from {plugin.source})"
         line = f"  {i}. {plugin.type:<14} capabilities: {caps}{origin}"
+        where = f"plugin {i} \"{plugin.type}\""
+        found = True
         if not offline:
             try:
                 info = runtime.get_version_info(plugin.type)
             except CNIError as exc:
-                problems.append(f"plugin {i} \"{plugin.type}\": {exc}")
+                found = False
+                problems.append(f"{where}: {exc}")
                 line += "\n       not usable: " + str(exc)
             else:
                 supported = info.get("supportedVersions") or []
@@ -547,13 +668,133 @@ def validate(target: str, conf_dir: str, cni_path: str, offline: bool) -> None:
                          f"{', '.join(supported)}" + ("" if ok else
                                                       f"  <- not {netlist.cni_version}"))
                 if not ok:
-                    problems.append(f"plugin {i} \"{plugin.type}\" does not support "
+                    problems.append(f"{where} does not support "
                                     f"cniVersion {netlist.cni_version}")
         click.echo(line)
+        stdin = json.dumps(derive_request_config(netlist, plugin, "ADD", rt=rt)).encode()
+        subjects = [(plugin.type, where, "config")] if found else []
+        if ipam := _ipam_type(plugin.conf):
+            subjects.append((ipam, f"{where}, its IPAM \"{ipam}\"", f"ipam {ipam}"))
+        for ptype, who, label in subjects:
+            outcome, text, exc = _check_plugin_config(runtime, registry, ptype, stdin, offline)
+            if outcome == "invalid":
+                problems.append(f"{who}: code {exc.code}: {exc.msg}")
+                click.echo(f"       {label}: invalid: code {exc.code}: {exc.msg}")
+                if exc.details and exc.details not in exc.msg:
+                    click.echo(f"         details: {exc.details}")
+            elif outcome == "unchecked":
+                unchecked.append(f"{who}: {text}")
+                click.echo(f"       {label}: not checked: {text}")
+            else:
+                click.echo(f"       {label}: ok ({text})")
+    tail = "".join(f"\n  - {u}" for u in unchecked)
     if problems:
-        raise CNICommandError(f"network \"{netlist.name}\" is not usable here:\n"
-                              + "\n".join(f"  - {p}" for p in problems))
-    click.echo("valid" + (" (format only; plugins not asked)" if offline else ""))
+        raise CNICommandError(f"network \"{netlist.name}\" is not valid here:\n"
+                              + "\n".join(f"  - {p}" for p in problems)
+                              + (f"\nalso not checked:{tail}" if unchecked else ""))
+    if unchecked:
+        click.echo(f"not fully checked: no problem found, but {len(unchecked)} config(s) "
+                   f"could not be checked:{tail}\n(only cni-skel plugins' configs are checked "
+                   "here: CNI has no verb that checks a config without acting on it)")
+        sys.exit(_EXIT_UNKNOWN)
+    click.echo("  (what needs a pod, a prevResult or the node's state is checked by ADD only)")
+    click.echo("valid" + (" (offline: VERSION not asked; configs checked with the registered "
+                          "cni-skel plugins)" if offline else ""))
+
+
+def _check_plugin_config(runtime: Any, registry: dict[str, str], plugin_type: str,
+                         stdin: bytes, offline: bool) -> tuple[str, str, Any]:
+    """Run ``plugin_type``'s own ADD config checks on ``stdin`` in-process:
+    what `cni_skel.skel.dispatch` does before the handler (version support,
+    CNI_ARGS model, `_load_config` with the plugin's config model), then
+    `Plugin.validate_config`. Nothing is created or written.
+
+    Returns ``("ok", ref, None)``, ``("invalid", "", CNIError)`` (the error
+    ADD would answer, code 999 for a crash as the skel does) or
+    ``("unchecked", why, None)`` when the plugin is not a cni-skel one (or
+    cannot be imported here, or is not found).
+    """
+    from .env import CmdArgs
+    from .errors import ERR_INTERNAL, CNIError
+    from .skel import _resolve
+
+    if offline:
+        ref, pythonpath = registry.get(plugin_type), []
+        if ref is None:
+            return ("unchecked", "not a registered cni-skel plugin (offline: CNI_PATH not "
+                    "looked at)", None)
+    else:
+        try:
+            path = runtime.find_plugin(plugin_type)
+        except CNIError as exc:
+            # ADD's delegation looks it up in the same CNI_PATH and fails so.
+            return "invalid", "", exc
+        found = _plugin_ref(path)
+        if found is None:
+            return "unchecked", f"{path} is not a cni-skel plugin", None
+        ref, pythonpath = found
+    saved = list(sys.path)
+    sys.path[:0] = pythonpath
+    try:
+        try:
+            plugin = _resolve(ref)
+        except Exception as exc:
+            return "unchecked", f"cannot import {ref} here: {exc}", None
+        env = {**os.environ, "CNI_COMMAND": "ADD", "CNI_CONTAINERID": _VALIDATE_CONTAINER_ID,
+               "CNI_NETNS": "", "CNI_IFNAME": "eth0", "CNI_ARGS": "",
+               "CNI_PATH": ":".join(runtime.bin_dirs)}
+        args = CmdArgs("ADD", _VALIDATE_CONTAINER_ID, "", "eth0", "", env["CNI_PATH"], stdin,
+                       env)
+        try:
+            _run_config_checks(plugin, args)
+        except CNIError as exc:
+            return "invalid", "", exc
+        except Exception as exc:  # the skel answers a crash with 999 too
+            return "invalid", "", CNIError(ERR_INTERNAL, str(exc) or type(exc).__name__)
+    finally:
+        sys.path[:] = saved
+    return "ok", ref, None
+
+
+def _run_config_checks(plugin: Any, args: Any) -> None:
+    from .args import load_args
+    from .skel import _load_config, _resolve
+    from .version import check_supported, config_version
+
+    raw = json.loads(args.stdin_data)
+    check_supported(config_version(raw), plugin.supported_versions)
+    if plugin.args_model is not None:
+        args = args.replace(cni_args=load_args(args.args, _resolve(plugin.args_model)))
+    conf = _load_config(plugin, raw)
+    plugin().validate_config(args, conf)
+
+
+def _plugin_ref(path: str) -> tuple[str, list[str]] | None:
+    """``(module:Class, pythonpath)`` of a plugin executable `cni-skel
+    install` wrote (a launcher, or a one-shot script); None for any other."""
+    import ast
+    import re
+
+    from .install import MARKER
+
+    info = launcher_info(path)
+    if info is not None:
+        return info["ref"], [p for p in info["pythonpath"].split(os.pathsep) if p]
+    try:
+        with open(path, "rb") as fp:
+            head = fp.read(8192).decode("utf-8", "replace")
+    except OSError:
+        return None
+    ref = re.search(r"run_plugin_main\(\W*([A-Za-z_][\w.]*:[A-Za-z_][\w.]*)", head)
+    if MARKER not in head or ref is None:
+        return None
+    pythonpath: list[str] = []
+    if (pp := re.search(r"sys\.path\[:0\] = (\[[^\]\n]*\])", head)) is not None:
+        try:
+            pythonpath = [str(p) for p in ast.literal_eval(pp.group(1))]
+        except (ValueError, SyntaxError):
+            pythonpath = []
+    return ref.group(1), pythonpath
 
 
 @main.command("new-plugin", epilog="\b\nExample:\n"

@@ -1173,12 +1173,9 @@ class Runtime:
             return []
         valid = None if valid_attachments is None else \
             [_as_attachment(a) for a in valid_attachments]
-        keep = set(valid or ())
         errors: list[CNIError] = []
         removed = []
-        for att in self.get_cached_attachments():
-            if att.network != netlist.name or GCAttachment(att.container_id, att.ifname) in keep:
-                continue
+        for att in self.stale_attachments(netlist, valid or ()):
             rt = RuntimeConf(att.container_id, att.netns, att.ifname, list(att.cni_args),
                              dict(att.capability_args))
             try:
@@ -1198,10 +1195,24 @@ class Runtime:
             raise GCError(netlist.name, errors)
         return removed
 
+    def stale_attachments(self, netlist: NetworkConfigList,
+                          valid_attachments: Iterable[GCAttachment | tuple[str, str] | Mapping]
+                          = ()) -> list[NetworkAttachment]:
+        """The cached attachments of ``netlist`` that `gc` would DEL with
+        these ``valid_attachments``: every one of the network not listed, in
+        cache file order. Reads the cache only (for a dry run); empty when the
+        list sets ``disableGC``."""
+        if netlist.disable_gc:
+            return []
+        keep = {_as_attachment(a) for a in valid_attachments}
+        return [att for att in self.get_cached_attachments()
+                if att.network == netlist.name
+                and GCAttachment(att.container_id, att.ifname) not in keep]
+
     def status(self, netlist: NetworkConfigList) -> bool:
         """STATUS: ask each plugin in order whether it can serve ADD (libcni
         ``GetStatusNetworkList``). Lists below 1.1.0 are not asked (STATUS
-        did not exist) and count as ready.
+        did not exist; libcni reports them ready without asking).
 
         Returns:
             True when the plugins were asked, False when the version is
