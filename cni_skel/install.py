@@ -28,6 +28,8 @@ import tempfile
 
 import click
 
+from .launcher import MAX_STDIN_BYTES
+
 __all__ = ["DEFAULT_WORKER_SOCKET", "LAUNCHERS", "MARKER", "find_cc", "launcher_info",
            "plugin_registry", "python_argv", "write_executable"]
 
@@ -187,6 +189,7 @@ def _native_launcher(ref: str, python: str, pythonpath: list[str] | None, worker
         ("CSK_SOCKET", _c_string(os.fsencode(worker_socket))),
         ("CSK_PYTHONPATH", _c_string(pp)),
         ("CSK_PYTHONPATH_LEN", str(len(pp))),
+        ("CSK_MAX_STDIN", f"{MAX_STDIN_BYTES}u"),
         ("CSK_INFO", _c_string(_info_block(ref, worker_socket, python, pythonpath).encode())),
     ))
     src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher.c")

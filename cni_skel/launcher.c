@@ -16,7 +16,8 @@
  *
  * The wire format is launcher.py's (see there). Compiled with a generated
  * header defining CSK_PYTHON, CSK_SCRIPT, CSK_REF, CSK_SOCKET, CSK_PYTHONPATH
- * (NUL-joined, with CSK_PYTHONPATH_LEN) and CSK_INFO (the marker that
+ * (NUL-joined, with CSK_PYTHONPATH_LEN), CSK_MAX_STDIN (launcher.py's
+ * MAX_STDIN_BYTES) and CSK_INFO (the marker that
  * `cni-skel install` and the worker read back from the file). */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -151,9 +152,12 @@ int main(void) {
         fallback("launch", NULL);  /* no worker: stdin still unread */
 
     /* stdin first (the request carries it), then the message after it. */
-    for (;;) {
+    /* One byte past the limit is enough for the skel to refuse it. */
+    while (buf_len <= CSK_MAX_STDIN) {
         if (grow(65536)) fallback("launch", NULL);
-        ssize_t r = read(0, buf + buf_len, buf_cap - buf_len);
+        size_t room = buf_cap - buf_len;
+        if (room > CSK_MAX_STDIN + 1 - buf_len) room = CSK_MAX_STDIN + 1 - buf_len;
+        ssize_t r = read(0, buf + buf_len, room);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) {
             close(s);

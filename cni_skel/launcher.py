@@ -36,6 +36,13 @@ connection:
              ancillary on the first byte: fds [netns, mntns, stderr]
     reply:   b"CSKR" status(1 byte) exit_code len  then stdout bytes
              status: 0 done, 1 unknown plugin, 2 refused, 3 bad request, 4 pong
+
+Limits: a request frame is at most ``MAX_REQUEST_BYTES`` (20 MiB); the
+worker answers a larger one with spec error 5 and closes, without reading
+it. The config on stdin is at most ``MAX_STDIN_BYTES`` (16 MiB) in both modes:
+launchers read one byte more than that and no further, and the skel answers
+a larger one with spec error 5 (``cni_skel.skel.dispatch``). Linux caps the
+environment of an exec at a few MiB, so a launcher's frame always fits.
 """
 
 import os
@@ -50,6 +57,10 @@ REQUEST_MAGIC = b"CSKQ"
 REPLY_MAGIC = b"CSKR"
 ST_DONE, ST_UNKNOWN, ST_REFUSED, ST_BAD, ST_PONG = 0, 1, 2, 3, 4
 REPLY_HEADER = 13  # magic, status, exit code, length
+#: Largest config (stdin) a plugin accepts, in bytes, in both modes.
+MAX_STDIN_BYTES = 16 << 20
+#: Largest request frame the worker reads (stdin + environment + the rest).
+MAX_REQUEST_BYTES = MAX_STDIN_BYTES + (4 << 20)
 #: Seconds to wait for the answer; runtimes enforce their own, shorter deadline.
 REPLY_TIMEOUT = 600.0
 _ERR_TRY_AGAIN_LATER = 11
@@ -348,12 +359,15 @@ def error_answer(code, msg, details, stdin_data, all_versions, current):
 
 
 def _read_stdin():
-    chunks = []
-    while True:
-        chunk = os.read(0, 1 << 16)
+    # One byte past the limit is enough for the skel to refuse it.
+    chunks, have = [], 0
+    while have <= MAX_STDIN_BYTES:
+        chunk = os.read(0, min(1 << 16, MAX_STDIN_BYTES + 1 - have))
         if not chunk:
-            return b"".join(chunks)
+            break
         chunks.append(chunk)
+        have += len(chunk)
+    return b"".join(chunks)
 
 
 def _write_stdout(data):

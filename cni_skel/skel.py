@@ -25,6 +25,7 @@ from .errors import (
     ERR_IO_FAILURE,
     CNIError,
 )
+from .launcher import MAX_STDIN_BYTES
 from .version import (
     ALL_VERSIONS,
     CURRENT_VERSION,
@@ -71,17 +72,25 @@ class Plugin:
             None leaves CNI_ARGS unparsed (``CmdArgs.cni_args`` is None).
         supported_versions: spec versions accepted in ``cniVersion``.
         verbs: optional ``"package.module"`` whose functions ``add``,
-            ``check``, ``delete``, ``status``, ``gc`` (same signatures as the
-            methods below) implement the verbs; imported on first use, so the
-            plugin class stays light for VERSION. A missing function means the
-            default below.
+            ``check``, ``delete``, ``status``, ``gc``, ``validate_config``
+            (same signatures as the methods below) implement the verbs;
+            imported on first use, so the plugin class stays light for
+            VERSION. A missing function means the default below.
 
     Handlers get the validated `CmdArgs` and the config model instance:
         add(args, conf) -> Result: the result in the current (1.1.0) model;
             the skel converts it to the config's cniVersion. Return
-            ``conf.prev_result`` to pass a chain's result through.
+            ``conf.prev_result`` to pass a chain's result through. Check
+            everything before the first side effect, including that the
+            result can be expressed in the config's version
+            (`cni_skel.types.check_expressible`: before 0.3.0 a result
+            needs an IP), and undo what you made if a later step fails.
         check(args, conf), delete(args, conf): return None on success.
         status(args, conf), gc(args, conf): default to success.
+        validate_config(args, conf): the config checks ADD makes beyond the
+            config model that need nothing but the config (no netns, no
+            prevResult, nothing written); `cni-skel validate` runs them after
+            the model. Default: none.
     Raise `CNIError` to choose the error code; anything else becomes 999.
     """
 
@@ -120,6 +129,10 @@ class Plugin:
 
     def gc(self, args: CmdArgs, conf: Any) -> None:
         if (fn := self._verb("gc")) is not None:
+            fn(args, conf)
+
+    def validate_config(self, args: CmdArgs, conf: Any) -> None:
+        if (fn := self._verb("validate_config")) is not None:
             fn(args, conf)
 
     @classmethod
@@ -179,7 +192,8 @@ def dispatch(plugin: type[Plugin], env: Mapping[str, str], stdin_data: bytes,
     Pure with respect to the process: reads only ``env`` and ``stdin_data``,
     writes diagnostics (about text, tracebacks) to ``stderr`` (default
     sys.stderr). stdout is always empty or exactly one JSON document: a
-    Result, a VersionResult, or an Error object (exit 1). With
+    Result, a VersionResult, or an Error object (exit 1). A config over
+    ``MAX_STDIN_BYTES`` (16 MiB) is answered with code 5. With
     ``CNI_SKEL_TRACE`` in ``env`` the call is also appended to that file
     (`cni_skel.trace`).
     """
@@ -204,6 +218,9 @@ def _dispatch(plugin: type[Plugin], env: Mapping[str, str], stdin_data: bytes,
         cmd = args.command
         if cmd == "VERSION":
             return _version_answer(plugin, stdin_data), 0
+        if len(stdin_data) > MAX_STDIN_BYTES:
+            raise CNIError(ERR_IO_FAILURE, "error reading from stdin: the network configuration "
+                           f"is larger than {MAX_STDIN_BYTES} bytes")
 
         try:
             raw = json.loads(stdin_data)
@@ -226,6 +243,8 @@ def _dispatch(plugin: type[Plugin], env: Mapping[str, str], stdin_data: bytes,
         if minimum is not None and not version_at_least(conf_version, minimum):
             raise CNIError(ERR_INCOMPATIBLE_CNI_VERSION, f"config version does not allow {cmd}")
         check_supported(conf_version, plugin.supported_versions)
+        if cmd == "DEL" and args.identity_error() is not None:
+            return b"", 0  # ADD refuses this container ID or ifname: nothing of it exists
 
         if cmd in ("ADD", "CHECK", "DEL") and args.netns \
                 and env.get("CNI_NETNS_OVERRIDE", "").lower() not in ("1", "true") \
@@ -237,7 +256,14 @@ def _dispatch(plugin: type[Plugin], env: Mapping[str, str], stdin_data: bytes,
         if plugin.args_model is not None:
             from .args import load_args
 
-            args = args.replace(cni_args=load_args(args.args, _resolve(plugin.args_model)))
+            model = _resolve(plugin.args_model)
+            try:
+                cni_args = load_args(args.args, model)
+            except CNIError:
+                if cmd not in ("DEL", "GC"):
+                    raise
+                cni_args = load_args("", model)  # a cleanup must not fail for good on CNI_ARGS
+            args = args.replace(cni_args=cni_args)
 
         conf = _load_config(plugin, raw)
         handler: Callable[[CmdArgs, Any], Any] = getattr(plugin(), _HANDLERS[cmd])
@@ -298,7 +324,8 @@ def _main(plugin: type[Plugin]) -> int:
     # human is at a terminal, where reading would block.
     if cmd and not (cmd == "VERSION" and sys.stdin is not None and sys.stdin.isatty()):
         try:
-            data = sys.stdin.buffer.read() if sys.stdin is not None else b""
+            # One byte past the limit is enough for dispatch to refuse it.
+            data = sys.stdin.buffer.read(MAX_STDIN_BYTES + 1) if sys.stdin is not None else b""
         except (OSError, ValueError) as exc:
             read_error = CNIError(ERR_IO_FAILURE, f"error reading from stdin: {exc}")
     # Nothing but our one JSON document may reach fd 1: point fd 1 (and

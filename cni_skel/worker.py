@@ -10,17 +10,31 @@ started it:
 * network and mount namespace: the launcher's, received as fds (SCM_RIGHTS)
   and entered with setns(2) (``ip netns exec`` gives a node namespace its own
   /sys, so the mount namespace matters too);
-* environment, cwd, umask and ``pythonpath`` from the request; fd 0 is
-  /dev/null, fds 1 and 2 are the launcher's stderr (as ``skel._main`` points
-  fd 1 at stderr), so diagnostics and delegated plugins' stderr stream live;
+* environment, cwd and umask from the request, taken after the capability
+  drop below; fd 0 is /dev/null, fds 1 and 2 are the launcher's stderr (as
+  ``skel._main`` points fd 1 at stderr), so diagnostics and delegated
+  plugins' stderr stream live;
 * stdout (one JSON document) and the exit code go back on the connection.
 
-* capabilities: the launcher's (read from /proc/<peer pid>/status), dropped
-  to after entering its namespaces: bounding, permitted, effective,
-  inheritable and ambient sets, and no_new_privs. A caller running with
-  fewer capabilities (``setpriv``, a confined runtime) gets no more through
-  the worker than it has; a caller holding capabilities the worker lacks is
-  refused, and its launcher runs the plugin one-shot with its own.
+Who is served, checked before anything of a request is acted on:
+
+* root peers only (SO_PEERCRED); the socket is mode 0600;
+* holding CAP_NET_ADMIN and CAP_SYS_ADMIN (`REQUIRED_CAPS`, read from
+  /proc/<peer pid>/status) and nothing the worker lacks; otherwise the
+  worker does nothing and answers "refused" with the reason, and the
+  launcher runs the plugin one-shot in its own process, with the caller's
+  own privileges: the same answer as without a worker (STATUS says 50,
+  an ADD fails with EPERM), or spec error 11 naming the reason under
+  ``CNI_SKEL_WORKER_REQUIRED``;
+* capabilities: the child drops to the caller's right after entering its
+  namespaces, before it reads anything from the caller's mount namespace:
+  bounding, permitted, effective, inheritable and ambient sets, and
+  no_new_privs;
+* plugins: the set given at start (``refs``: the registered plugins and
+  ``--preload``) is all that is served; any other ref is answered "unknown
+  plugin" (the launcher runs it one-shot, in its own process) and nothing
+  named by a request is ever imported. The pythonpath a launcher sends is
+  ignored.
 
 Same machine, same user namespace, same PID namespace and same root as the
 runtime are assumed; cgroups, rlimits, securebits and seccomp are the
@@ -33,14 +47,23 @@ inode, plugin warm) gets it run in the same child through
 without a launcher exec and a fork; any other delegate is exec'd as usual.
 
 Children isolate requests (setns, crashes, memory) and run in parallel;
-host-local's lock file works across them as across processes. Only root
-peers are served (SO_PEERCRED); the socket is mode 0600.
+host-local's lock file works across them as across processes.
 
-Faults: a child that dies without answering (signal, ``os._exit``) is
-answered by the worker with code 999 (a plugin crash, as a crashing one-shot
-plugin); a worker that vanishes after taking a request leaves the launcher
-to answer 11 (try again later). A plugin ref the worker cannot import is
-answered "unknown plugin" and the launcher runs it one-shot.
+Limits and faults (nothing a client or a child sends ends the parent):
+
+* a request frame over ``MAX_REQUEST_BYTES`` (20 MiB) is answered spec
+  error 5 without being read; a client has ``request_timeout`` (30 s) for
+  its whole request, then its connection is closed (one child, not the
+  worker); at most `MAX_CHILDREN` children exist, further connections wait;
+* a child that ends without answering (signal, ``os._exit``, a crash) or is
+  killed after ``run_timeout`` (600 s, when the launcher gives up too)
+  costs only its own request: the worker answers it spec error 11 (try
+  again later: it may be partly done, and the runtime's DEL cleans up); a
+  worker that vanishes after taking a request leaves the launcher to answer
+  11 too;
+* the parent reads only bounded reports from children, with the sender's
+  pid from the kernel (SCM_CREDENTIALS); a malformed one is logged and
+  dropped.
 
 Restart and upgrade: a new worker binds a temporary name and renames it over
 the socket path; the old one, on SIGTERM, stops accepting (serving what is
@@ -52,8 +75,12 @@ finish even if it exits (systemd: ``KillMode=process``).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
+import importlib
+import json
 import os
+import pkgutil
 import select
 import selectors
 import signal
@@ -64,12 +91,29 @@ import time
 from typing import Any
 
 from . import launcher as proto
+from . import netlink
+from .errors import ERR_INTERNAL, ERR_IO_FAILURE, ERR_TRY_AGAIN_LATER, CNIError
+from .invoke import set_in_process_runner
+from .netns import _setns, current_netns
+from .skel import _error, _load_config, _resolve, dispatch
+from .version import ALL_VERSIONS
 
 __all__ = ["DEFAULT_SOCKET", "Worker", "check", "serve"]
 
 DEFAULT_SOCKET = proto.DEFAULT_SOCKET
-#: Seconds a connected client has to send its whole request.
+#: Seconds a connected client has to send its whole request (one deadline
+#: for the whole request, not per read).
 REQUEST_TIMEOUT = 30.0
+#: Seconds a request may run before its child is killed (answered 11); the
+#: launcher stops waiting at the same time.
+RUN_TIMEOUT = proto.REPLY_TIMEOUT
+#: Children at most (idle and busy); past it connections wait in the backlog.
+MAX_CHILDREN = 256
+#: Capabilities a caller must hold (effective) to be served: CAP_NET_ADMIN
+#: and CAP_SYS_ADMIN (setns), without which no CNI plugin can do its work.
+REQUIRED_CAPS = {12: "CAP_NET_ADMIN", 21: "CAP_SYS_ADMIN"}
+_INFO_MAX = 4096  # a child's report to the parent; children bound their fields
+_FIELD_MAX = 256  # characters of a container ID etc. kept for the log
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
 # Child exit statuses; anything else is a crash the parent answers.
@@ -91,11 +135,6 @@ def _log(fd: int, cid: str, text: str) -> None:
 def _warm(refs: list[str], log_fd: int) -> dict[str, Any]:
     """Import ``refs`` (and their config models and package submodules) and
     WARM_MODULES; returns ref -> plugin class for those that import."""
-    import importlib
-    import pkgutil
-
-    from .skel import _resolve
-
     for name in WARM_MODULES:
         try:
             importlib.import_module(name)
@@ -121,7 +160,10 @@ def _warm(refs: list[str], log_fd: int) -> dict[str, Any]:
 def _bind(path: str) -> socket.socket:
     """Listen on ``path``: bind a temporary name, mode 0600, rename over
     ``path`` (replacing a stale file or a running worker's socket)."""
-    os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
+    parent = os.path.dirname(path) or "."
+    if not os.path.isdir(parent):
+        os.makedirs(parent, exist_ok=True)
+        os.chmod(parent, 0o755)  # whatever the umask
     tmp = f"{path}.{os.getpid()}.tmp"
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)
@@ -185,8 +227,6 @@ def _caps_beyond(peer: dict[str, int], own: dict[str, int]) -> str:
 
 def _drop_caps(peer: dict[str, int], own: dict[str, int]) -> None:
     """Make this process's capability sets ``peer``'s (a subset of ``own``)."""
-    import ctypes
-
     libc = ctypes.CDLL(None, use_errno=True)
     prctl = libc.prctl
     prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
@@ -240,6 +280,10 @@ def _describe_status(status: int) -> str:
     return f"exited with status {os.waitstatus_to_exitcode(status)} without answering"
 
 
+class _TooLarge(Exception):
+    """A request frame longer than `proto.MAX_REQUEST_BYTES`."""
+
+
 class Worker:
     """The pre-forking server. ``Worker(path).serve()`` runs until SIGTERM/SIGINT.
 
@@ -250,21 +294,34 @@ class Worker:
     crash can still be answered), serves that one request and exits. The
     parent forks a replacement as soon as a spare is taken.
 
+    The parent reads nothing from clients; from children it reads bounded
+    datagrams whose sender the kernel vouches for (SCM_CREDENTIALS), and a
+    malformed one is logged and dropped. So neither a client nor a child can
+    end or wedge it; a child that dies, is killed or outlives ``run_timeout``
+    costs its own request, answered spec error 11.
+
     Args:
         socket_path: unix socket to listen on (created 0600, parent dir made).
-        refs: plugin refs (``"module:Class"``) to import before serving;
-            others are imported per request in the child.
+        refs: plugin refs (``"module:Class"``) to serve: imported at start,
+            and the only plugins served (anything else is answered "unknown
+            plugin", never imported).
         drain_timeout: seconds to wait for running children after SIGTERM.
         spares: idle children kept ready (>= 1).
         log_fd: where request lines go (default: stderr, i.e. the journal).
+        request_timeout: seconds a client has to send its whole request.
+        run_timeout: seconds a request may run before its child is killed.
     """
 
     def __init__(self, socket_path: str = DEFAULT_SOCKET, refs: list[str] | None = None,
-                 *, drain_timeout: float = 30.0, spares: int = 2, log_fd: int = 2) -> None:
+                 *, drain_timeout: float = 30.0, spares: int = 2, log_fd: int = 2,
+                 request_timeout: float = REQUEST_TIMEOUT,
+                 run_timeout: float = RUN_TIMEOUT) -> None:
         self.path = os.path.abspath(socket_path)
         self.refs = list(refs or [])
         self.drain_timeout = drain_timeout
         self.spares = max(1, spares)
+        self.request_timeout = request_timeout
+        self.run_timeout = run_timeout
         self.log_fd = os.dup(log_fd)  # fd 2 becomes the launcher's stderr in children
         self.plugins: dict[str, Any] = {}
         self.children: dict[int, dict[str, Any]] = {}  # pid -> state, conn, request info
@@ -272,6 +329,7 @@ class Worker:
         self.sock: socket.socket | None = None
         self.ident: tuple[int, int] | None = None
         self.respawn_at = 0.0
+        self.at_cap = False
 
     # -- parent ------------------------------------------------------------
 
@@ -289,6 +347,8 @@ class Worker:
         signal.set_wakeup_fd(wake_w)
         self.info_r, self.info_w = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.info_r.setblocking(False)
+        # The kernel attaches each report's sender: a child cannot speak for another.
+        self.info_r.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
 
         def stop(signum: int, frame: Any) -> None:
             self.stopping = True
@@ -301,25 +361,15 @@ class Worker:
         self.sel.register(self.info_r, selectors.EVENT_READ)
         _log(self.log_fd, "", f"listening on {self.path} ({len(self.plugins)} plugins warm: "
                               f"{', '.join(sorted(self.plugins))})")
-        deadline = 0.0
+        self.deadline = 0.0
         while True:
-            self._spawn_spares()
-            timeout = 0.5 if self.stopping or self.respawn_at else None
-            for key, _ in self.sel.select(timeout=timeout):
-                if key.fileobj is self.info_r:
-                    self._read_info()
-                else:
-                    with contextlib.suppress(OSError):
-                        while os.read(self.wake_r, 512):
-                            pass
-            self._reap()
-            if self.stopping and self.sock is not None:
-                self._close_listener()
-                deadline = time.monotonic() + self.drain_timeout
-                busy = sum(c["state"] == "busy" for c in self.children.values())
-                _log(self.log_fd, "", f"stopping: {busy} request(s) in flight")
-            if self.stopping and (not self.children or time.monotonic() > deadline):
-                break
+            try:
+                if self._step():
+                    break
+            except Exception as exc:  # last line of defence: the parent keeps serving
+                _log(self.log_fd, "", f"internal error in the worker's parent, going on: "
+                                      f"{type(exc).__name__}: {exc}")
+                time.sleep(0.1)
         self._read_info()
         for pid, child in self.children.items():
             _log(self.log_fd, child.get("cid", ""),
@@ -327,12 +377,45 @@ class Worker:
         _log(self.log_fd, "", "stopped")
         return 0
 
+    def _step(self) -> bool:
+        """One turn of the parent's loop; True when it is time to exit."""
+        self._spawn_spares()
+        for key, _ in self.sel.select(timeout=self._timeout()):
+            if key.fileobj is self.info_r:
+                self._read_info()
+            else:
+                with contextlib.suppress(OSError):
+                    while os.read(self.wake_r, 512):
+                        pass
+        self._reap()
+        self._kill_overdue()
+        if self.stopping and self.sock is not None:
+            self._close_listener()
+            self.deadline = time.monotonic() + self.drain_timeout
+            busy = sum(c["state"] == "busy" for c in self.children.values())
+            _log(self.log_fd, "", f"stopping: {busy} request(s) in flight")
+        return self.stopping and (not self.children or time.monotonic() > self.deadline)
+
+    def _timeout(self) -> float | None:
+        """How long the parent may sleep: until the next run deadline, or a
+        short tick while stopping or waiting to respawn."""
+        waits = [0.5] if self.stopping or self.respawn_at or self.at_cap else []
+        busy = [c["since"] for c in self.children.values() if c["state"] == "busy"]
+        if busy:
+            waits.append(max(0.05, min(busy) + self.run_timeout - time.monotonic()))
+        return min(waits) if waits else None
+
     def _spawn_spares(self) -> None:
         if self.stopping or time.monotonic() < self.respawn_at:
             return
         self.respawn_at = 0.0
         idle = sum(c["state"] == "idle" for c in self.children.values())
-        for _ in range(self.spares - idle):
+        want = min(self.spares - idle, MAX_CHILDREN - len(self.children))
+        if want < self.spares - idle and not self.at_cap:
+            _log(self.log_fd, "", f"{len(self.children)} children: at the limit "
+                                  f"({MAX_CHILDREN}); new connections wait")
+        self.at_cap = want < self.spares - idle
+        for _ in range(want):
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
@@ -343,7 +426,7 @@ class Worker:
                     _log(self.log_fd, "", f"child failed: {type(exc).__name__}: {exc}")
                 finally:
                     os._exit(code)
-            self.children[pid] = {"state": "idle", "conn": None}
+            self.children[pid] = {"state": "idle", "conn": None, "since": 0.0}
 
     def _close_listener(self) -> None:
         assert self.sock is not None
@@ -361,25 +444,53 @@ class Worker:
             pass
 
     def _read_info(self) -> None:
+        """Take the children's queued reports; a malformed one is logged and
+        dropped (with any fds it carried), never raised."""
         while True:
             try:
-                msg, anc, _, _ = self.info_r.recvmsg(4096, socket.CMSG_SPACE(4))
+                msg, anc, flags, _ = self.info_r.recvmsg(
+                    _INFO_MAX, socket.CMSG_SPACE(struct.calcsize("3i")) + socket.CMSG_SPACE(64),
+                    socket.MSG_CMSG_CLOEXEC)
             except (BlockingIOError, InterruptedError):
                 return
-            fields = msg.decode("utf-8", "replace").split("\0")
-            child = self.children.get(int(fields[1]))
-            fds = [int.from_bytes(p[:4], sys.byteorder) for lvl, kind, p in anc
-                   if lvl == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS]
-            if child is None:
-                for fd in fds:
+            except OSError as exc:
+                _log(self.log_fd, "", f"reading a child's report failed: {exc}")
+                return
+            fds: list[int] = []
+            pid = 0
+            for level, kind, data in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds.extend(int.from_bytes(data[i:i + 4], sys.byteorder)
+                               for i in range(0, len(data) - len(data) % 4, 4))
+                elif level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                    pid = struct.unpack("3i", data[:struct.calcsize("3i")])[0]
+            try:
+                fds = self._take_report(pid, msg, flags, fds)
+            except Exception as exc:
+                _log(self.log_fd, "", f"dropped a malformed report from child {pid}: "
+                                      f"{type(exc).__name__}: {exc}")
+            for fd in fds:
+                with contextlib.suppress(OSError):
                     os.close(fd)
-                continue
-            if fields[0] == "accepted":
-                child["state"] = "busy"
-                if fds:
-                    child["conn"] = socket.socket(fileno=fds[0])
-            elif fields[0] == "request":
-                child.update(cid=fields[2], cmd=fields[3], ref=fields[4], version=fields[5])
+
+    def _take_report(self, pid: int, msg: bytes, flags: int, fds: list[int]) -> list[int]:
+        """Apply one report of child ``pid``; returns the fds it did not keep.
+        Raises ValueError for a report that is not one of ours."""
+        child = self.children.get(pid)
+        if child is None:
+            return fds
+        if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+            raise ValueError("report truncated")
+        kind, *fields = msg.split(b"\0")
+        if kind == b"accepted" and not fields and len(fds) == 1 and child["conn"] is None:
+            child.update(state="busy", since=time.monotonic(),
+                         conn=socket.socket(fileno=fds[0]))
+            return []
+        if kind == b"request" and len(fields) == 4 and not fds:
+            cid, cmd, ref, version = (f.decode("utf-8", "replace")[:_FIELD_MAX] for f in fields)
+            child.update(cid=cid, cmd=cmd, ref=ref, version=version)
+            return []
+        raise ValueError(f"unexpected report {msg[:40]!r} with {len(fds)} fds")
 
     def _reap(self) -> None:
         while self.children:
@@ -403,20 +514,36 @@ class Worker:
             if child["conn"] is not None:
                 child["conn"].close()
 
-    def _answer_crash(self, child: dict[str, Any], pid: int, status: int) -> None:
-        from .errors import ERR_INTERNAL, CNIError
-        from .skel import _error
+    def _kill_overdue(self) -> None:
+        now = time.monotonic()
+        for pid, child in self.children.items():
+            if child["state"] == "busy" and not child.get("overdue") \
+                    and now - child["since"] > self.run_timeout:
+                child["overdue"] = True
+                _log(self.log_fd, child.get("cid", ""), f"{child.get('cmd', '?')} "
+                     f"{child.get('ref', '?')} child {pid}: still running after "
+                     f"{self.run_timeout:.0f} s, killed")
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
+    def _answer_crash(self, child: dict[str, Any], pid: int, status: int) -> None:
+        """Answer the request of a child that ended without answering: spec
+        error 11 (try again later), as its work may be partly done."""
         what = _describe_status(status)
+        if child.get("overdue"):
+            what += f" after running {self.run_timeout:.0f} s"
         ref = child.get("ref", "?")
-        err = CNIError(ERR_INTERNAL, f"plugin {ref} crashed in the cni-skel worker: {what}",
-                       "the operation may be partially done; the worker's log has the details")
+        err = CNIError(ERR_TRY_AGAIN_LATER,
+                       f"plugin {ref} ended without answering in the cni-skel worker: {what}",
+                       "the operation may be partially done: retry it (a DEL cleans up); "
+                       "the worker's log has the details")
         out, code = _error(err, child.get("version") or None)
         _log(self.log_fd, child.get("cid", ""),
-             f"{child.get('cmd', '?')} {ref} child {pid} {what}: answered code 999")
+             f"{child.get('cmd', '?')} {ref} child {pid} {what}: answered code 11")
+        # Never block on a client: what does not fit now is its loss (it sees
+        # a cut answer and says 11 itself).
         with contextlib.suppress(OSError):
-            child["conn"].settimeout(1.0)
-            child["conn"].sendall(proto.encode_reply(proto.ST_DONE, code, out))
+            child["conn"].send(proto.encode_reply(proto.ST_DONE, code, out), socket.MSG_DONTWAIT)
 
     # -- child -------------------------------------------------------------
 
@@ -440,27 +567,30 @@ class Worker:
             return _IDLE_EXIT
         conn.setblocking(True)
         with contextlib.suppress(OSError):
-            self.info_w.sendmsg([f"accepted\0{os.getpid()}".encode()],
-                               [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                                 conn.fileno().to_bytes(4, sys.byteorder))])
+            self.info_w.sendmsg([b"accepted"],
+                                [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                  conn.fileno().to_bytes(4, sys.byteorder))])
+        deadline = time.monotonic() + self.request_timeout
         try:
             peer_pid, uid, _ = _peer_cred(conn)
         except OSError:
             peer_pid, uid = 0, -1
         if uid != 0:
             _log(self.log_fd, "", f"refused a client with uid {uid}: only root is served")
-            with contextlib.suppress(OSError):
-                conn.settimeout(1.0)
-                conn.sendall(proto.encode_reply(proto.ST_REFUSED, 0,
-                                                b"only root may use the cni-skel worker"))
+            _reply(conn, proto.ST_REFUSED, 0, b"only root may use the cni-skel worker")
             return _ANSWERED
-        conn.settimeout(REQUEST_TIMEOUT)
         try:
-            fields, fds = _read_request(conn)
+            fields, fds = _read_request(conn, deadline)
+        except _TooLarge as exc:
+            _log(self.log_fd, "", f"refused a request of {exc} bytes: over the limit")
+            err = CNIError(ERR_IO_FAILURE, f"request of {exc} bytes exceeds the cni-skel "
+                           f"worker's limit of {proto.MAX_REQUEST_BYTES} bytes")
+            out, code = _error(err, None)
+            _reply(conn, proto.ST_DONE, code, out)
+            return _ANSWERED
         except (OSError, ValueError) as exc:
-            _log(self.log_fd, "", f"bad request: {exc}")
-            with contextlib.suppress(OSError):
-                conn.sendall(proto.encode_reply(proto.ST_BAD, 0, str(exc).encode()))
+            _log(self.log_fd, "", f"bad request: {type(exc).__name__}: {exc}")
+            _reply(conn, proto.ST_BAD, 0, str(exc).encode())
             return _ANSWERED
         try:
             return self._serve_request(conn, fields, fds, peer_pid)
@@ -492,56 +622,54 @@ class Worker:
                     f"warm plugins: {', '.join(sorted(self.plugins)) or 'none'}")
             conn.sendall(proto.encode_reply(proto.ST_PONG, 0, text.encode()))
             return _ANSWERED
-        if kind != b"run" or len(fields) != 7 or len(fds) != 3:
-            raise_bad = f"unknown request {kind[:20]!r} with {len(fields)} fields, {len(fds)} fds"
-            conn.sendall(proto.encode_reply(proto.ST_BAD, 0, raise_bad.encode()))
+        try:
+            if kind != b"run" or len(fields) != 7 or len(fds) != 3:
+                raise ValueError(f"unknown request {kind[:20]!r} with {len(fields)} fields, "
+                                 f"{len(fds)} fds")
+            # fields[2], the launcher's pythonpath, is for its own one-shot runs only.
+            _, ref_b, _, cwd_b, umask_b, env_b, stdin = fields
+            ref = ref_b.decode()
+            umask = int(umask_b or b"18") & 0o777
+        except (ValueError, UnicodeDecodeError) as exc:
+            _log(self.log_fd, "", f"bad request: {exc}")
+            _reply(conn, proto.ST_BAD, 0, str(exc).encode())
             return _ANSWERED
         start = time.monotonic()
-        _, ref_b, pp_b, cwd_b, umask_b, env_b, stdin = fields
-        ref = ref_b.decode()
         env = dict(item.split(b"=", 1) for item in env_b.split(b"\0") if b"=" in item)
-        cid = env.get(b"CNI_CONTAINERID", b"").decode("utf-8", "replace")
-        cmd = env.get(b"CNI_COMMAND", b"").decode("utf-8", "replace")
+        cid = env.get(b"CNI_CONTAINERID", b"").decode("utf-8", "replace")[:_FIELD_MAX]
+        cmd = env.get(b"CNI_COMMAND", b"").decode("utf-8", "replace")[:_FIELD_MAX]
+        version = _config_version(stdin)
         with contextlib.suppress(OSError):
-            self.info_w.send("\0".join(("request", str(os.getpid()), cid, cmd, ref,
-                                        _config_version(stdin))).encode())
+            self.info_w.send(b"\0".join(
+                v.encode("utf-8", "replace").replace(b"\0", b" ")[:_FIELD_MAX]
+                for v in ("request", cid, cmd, ref, version)))
 
+        # Who is calling decides before anything of the request is acted on.
+        why = self._check_caller(peer_pid)
+        if why:
+            why += "; the launcher runs it one-shot, with the caller's own privileges"
+            _log(self.log_fd, cid, f"{cmd} {ref[:_FIELD_MAX]}: refused, {why}")
+            _reply(conn, proto.ST_REFUSED, 0, why.encode())
+            return _ANSWERED
+        own, peer = self._caps_pair
         plugin = self.plugins.get(ref)
         if plugin is None:
-            plugin = _import_plugin(ref, [os.fsdecode(p) for p in pp_b.split(b"\0") if p])
-            if isinstance(plugin, str):
-                _log(self.log_fd, cid, f"{cmd} {ref}: unknown plugin ({plugin}); "
-                                       "the launcher runs it one-shot")
-                conn.sendall(proto.encode_reply(proto.ST_UNKNOWN, 0, plugin.encode()))
-                return _ANSWERED
-
-        # The launcher's capabilities: read now (its /proc, before setns), dropped to
-        # after entering its namespaces (setns needs CAP_SYS_ADMIN).
-        try:
-            own, peer = _caps("self"), _caps(peer_pid)
-        except (OSError, ValueError) as exc:
-            own = peer = None
-            why = f"cannot read the launcher's capabilities (pid {peer_pid}): {exc}"
-        else:
-            why = _caps_beyond(peer, own)
-            if why:
-                why = f"the launcher holds capabilities this worker lacks ({why})"
-        if why:
-            _log(self.log_fd, cid, f"{cmd} {ref}: refused, {why}; the launcher runs it one-shot")
-            conn.sendall(proto.encode_reply(proto.ST_REFUSED, 0, why.encode()))
+            why = (f"plugin {ref[:_FIELD_MAX]!r} is not served by this worker (serving: "
+                   f"{', '.join(sorted(self.plugins)) or 'none'}; add it with --preload)")
+            _log(self.log_fd, cid, f"{cmd}: unknown plugin: {why}")
+            _reply(conn, proto.ST_UNKNOWN, 0, why.encode())
             return _ANSWERED
 
-        _enter_context(fds, os.fsdecode(cwd_b), int(umask_b or b"18"), env)
+        _enter_namespaces(fds)
         if peer != own:
             try:
                 _drop_caps(peer, own)
             except OSError as exc:  # nothing ran yet: the launcher runs it itself
                 _log(self.log_fd, cid, f"{cmd} {ref}: refused, cannot take the launcher's "
                                        f"capabilities ({exc}); the launcher runs it one-shot")
-                conn.sendall(proto.encode_reply(proto.ST_REFUSED, 0, str(exc).encode()))
+                _reply(conn, proto.ST_REFUSED, 0, str(exc).encode())
                 return _ANSWERED
-        from .invoke import set_in_process_runner
-
+        _enter_process_context(fds[2], os.fsdecode(cwd_b), umask, env)
         set_in_process_runner(lambda *call: self._delegate_here(cid, *call))
         out, code = _dispatch(plugin, stdin)
         try:
@@ -553,6 +681,24 @@ class Worker:
                                f"{(time.monotonic() - start) * 1e3:.1f} ms")
         return _ANSWERED
 
+    def _check_caller(self, peer_pid: int) -> str:
+        """Why the caller (``peer_pid``, root by SO_PEERCRED) is not served
+        here, or "" (then its and our capability sets are in
+        ``self._caps_pair``): we cannot read its capabilities, it lacks
+        `REQUIRED_CAPS`, or it holds capabilities we lack."""
+        try:
+            own, peer = _caps("self"), _caps(peer_pid)
+        except (OSError, ValueError) as exc:
+            return f"cannot read the caller's capabilities (pid {peer_pid}): {exc}"
+        missing = [name for bit, name in REQUIRED_CAPS.items() if not peer["CapEff"] >> bit & 1]
+        if missing:
+            return f"the caller (pid {peer_pid}) lacks {' and '.join(missing)}"
+        beyond = _caps_beyond(peer, own)
+        if beyond:
+            return f"the caller holds capabilities this worker lacks ({beyond})"
+        self._caps_pair = (own, peer)
+        return ""
+
     def _delegate_here(self, cid: str, path: str, env: Any, stdin: bytes,
                        stderr: Any) -> tuple[bytes, int] | None:
         """Run a delegated plugin (IPAM) in this child when ``path`` is a
@@ -560,14 +706,12 @@ class Worker:
         inode, plugin warm here): the same dispatch as a fresh child, minus a
         launcher exec and a fork. None: exec it as usual."""
         from .install import launcher_info
-        from .launcher import SOCKET_ENV
-        from .skel import dispatch
 
         info = launcher_info(path)
         if info is None or info["ref"] not in self.plugins:
             return None
         try:
-            st = os.stat(env.get(SOCKET_ENV) or info["socket"])
+            st = os.stat(env.get(proto.SOCKET_ENV) or info["socket"])
         except OSError:
             return None
         if (st.st_dev, st.st_ino) != self.ident:
@@ -584,36 +728,56 @@ class Worker:
         return out, code
 
 
-def _read_request(conn: socket.socket) -> tuple[list[bytes], list[int]]:
-    """One request: (fields, received fds). Raises ValueError/OSError."""
+def _reply(conn: socket.socket, status: int, exit_code: int, out: bytes) -> None:
+    """Answer without waiting long on a client that does not read."""
+    with contextlib.suppress(OSError):
+        conn.settimeout(1.0)
+        conn.sendall(proto.encode_reply(status, exit_code, out))
+
+
+def _read_request(conn: socket.socket, deadline: float) -> tuple[list[bytes], list[int]]:
+    """One request: (fields, received fds), all of it before ``deadline``
+    (monotonic). Raises `_TooLarge` (its length) past
+    `proto.MAX_REQUEST_BYTES`, ValueError/OSError (TimeoutError) otherwise."""
     fds: list[int] = []
-    fd_size = 4
-    data, anc, _, _ = conn.recvmsg(65536, socket.CMSG_SPACE(8 * fd_size),
-                                   socket.MSG_CMSG_CLOEXEC)
-    for level, kind, payload in anc:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            usable = len(payload) - len(payload) % fd_size
-            fds.extend(int.from_bytes(payload[i:i + fd_size], sys.byteorder)
-                       for i in range(0, usable, fd_size))
+
+    def recv_some(n: int) -> bytes:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request did not arrive in time")
+        conn.settimeout(left)
+        return conn.recv(n)
+
     try:
+        conn.settimeout(max(0.001, deadline - time.monotonic()))
+        data, anc, _, _ = conn.recvmsg(8, socket.CMSG_SPACE(8 * 4), socket.MSG_CMSG_CLOEXEC)
+        for level, kind, payload in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.extend(int.from_bytes(payload[i:i + 4], sys.byteorder)
+                           for i in range(0, len(payload) - len(payload) % 4, 4))
         while len(data) < 8:
-            more = conn.recv(8 - len(data))
+            more = recv_some(8 - len(data))
             if not more:
                 raise ValueError("truncated request header")
             data += more
         if data[:4] != proto.REQUEST_MAGIC:
             raise ValueError(f"not a cni-skel request: {data[:4]!r}")
-        total = 8 + int.from_bytes(data[4:8], "big")
-        chunks, have = [data], len(data)
-        while have < total:
-            more = conn.recv(min(total - have, 1 << 20))
+        length = int.from_bytes(data[4:8], "big")
+        if length > proto.MAX_REQUEST_BYTES:
+            raise _TooLarge(length)
+        body = bytearray()
+        while len(body) < length:
+            more = recv_some(min(length - len(body), 1 << 20))
             if not more:
                 raise ValueError("truncated request")
-            chunks.append(more)
-            have += len(more)
-        fields = proto.decode_fields(b"".join(chunks)[8:total])
+            body += more
+        fields = proto.decode_fields(bytes(body))
         if not fields:
             raise ValueError("empty request")
+    except TimeoutError:
+        for fd in fds:
+            os.close(fd)
+        raise TimeoutError("the request did not arrive in time") from None
     except BaseException:
         for fd in fds:
             os.close(fd)
@@ -627,22 +791,14 @@ def _rehearse(plugins: dict[str, Any]) -> None:
     while idle. Read-only; failures do not matter."""
     for cls in plugins.values():
         with contextlib.suppress(Exception):
-            from .skel import _load_config
-
             _load_config(cls, {"cniVersion": "1.1.0", "name": "warm", "type": cls.name})
-    with contextlib.suppress(Exception):
-        from . import netlink
-        from .netns import current_netns
-
-        with current_netns() as ns, ns.iproute() as ipr:
-            netlink.find_link(ipr, "lo")
-            netlink.addresses(ipr, "lo")
-            netlink.routes(ipr)
+    with contextlib.suppress(Exception), current_netns() as ns, ns.iproute() as ipr:
+        netlink.find_link(ipr, "lo")
+        netlink.addresses(ipr, "lo")
+        netlink.routes(ipr)
 
 
 def _config_version(stdin: bytes) -> str:
-    from .version import ALL_VERSIONS
-
     try:
         v = proto.loads_light(stdin).get("cniVersion")
     except Exception:
@@ -650,28 +806,19 @@ def _config_version(stdin: bytes) -> str:
     return v if v in ALL_VERSIONS else ""
 
 
-def _import_plugin(ref: str, pythonpath: list[str]) -> Any:
-    """The class for ``ref``, or a str saying why it cannot be imported."""
-    from .skel import _resolve
-
-    if pythonpath:
-        sys.path[:0] = pythonpath
-    try:
-        return _resolve(ref)
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
-
-
-def _enter_context(fds: list[int], cwd: str, umask: int, env: dict[bytes, bytes]) -> None:
-    """Become the launcher: its mount and network namespace, cwd, umask,
-    environment; fd 0 /dev/null, fds 1 and 2 its stderr."""
-    from .netns import _setns
-
-    net_fd, mnt_fd, err_fd = fds
+def _enter_namespaces(fds: list[int]) -> None:
+    """Enter the launcher's mount and network namespaces (``fds[0:2]``);
+    nothing else of the request is touched before the capabilities drop."""
+    net_fd, mnt_fd = fds[0], fds[1]
     if not _same_file(mnt_fd, "/proc/self/ns/mnt"):
         _setns(mnt_fd, CLONE_NEWNS)  # resets cwd and root to the namespace's
     if not _same_file(net_fd, "/proc/self/ns/net"):
         _setns(net_fd, CLONE_NEWNET)
+
+
+def _enter_process_context(err_fd: int, cwd: str, umask: int, env: dict[bytes, bytes]) -> None:
+    """Become the launcher's process: cwd, umask, environment; fd 0
+    /dev/null, fds 1 and 2 its stderr (``err_fd``)."""
     try:
         os.chdir(cwd)
     except OSError:
@@ -696,9 +843,6 @@ def _same_file(fd: int, path: str) -> bool:
 
 
 def _dispatch(plugin: Any, stdin: bytes) -> tuple[bytes, int]:
-    from .errors import ERR_INTERNAL, CNIError
-    from .skel import _error, dispatch
-
     try:
         out, code = dispatch(plugin, os.environ, stdin, sys.stderr)
     except BaseException as exc:  # SystemExit, KeyboardInterrupt from plugin code
@@ -711,8 +855,6 @@ def _dispatch(plugin: Any, stdin: bytes) -> tuple[bytes, int]:
 def _error_code(out: bytes, code: int) -> str:
     if code == 0 or not out:
         return ""
-    import json
-
     try:
         return f" (code {json.loads(out).get('code')})"
     except Exception:
@@ -720,9 +862,11 @@ def _error_code(out: bytes, code: int) -> str:
 
 
 def serve(socket_path: str = DEFAULT_SOCKET, refs: list[str] | None = None, *,
-          drain_timeout: float = 30.0, spares: int = 2) -> int:
+          drain_timeout: float = 30.0, spares: int = 2,
+          request_timeout: float = REQUEST_TIMEOUT, run_timeout: float = RUN_TIMEOUT) -> int:
     """Run a `Worker` in this process (see there); returns an exit status."""
-    return Worker(socket_path, refs, drain_timeout=drain_timeout, spares=spares).serve()
+    return Worker(socket_path, refs, drain_timeout=drain_timeout, spares=spares,
+                  request_timeout=request_timeout, run_timeout=run_timeout).serve()
 
 
 def check(socket_path: str = DEFAULT_SOCKET, timeout: float = 5.0) -> tuple[bool, str]:

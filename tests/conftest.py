@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -38,6 +39,13 @@ from cni_skel.cli import plugin_registry, write_executable
 HERE = pathlib.Path(__file__).parent
 VECTORS = HERE / "vectors" / "go-reference-1.1.1"
 THIRDPARTY = HERE / "thirdparty"
+README = HERE.parent / "README.md"
+#: The suite's own third-party plugins (importable from HERE) and the
+#: README's example (`write_readme_example`): the suite worker serves them
+#: too, since a worker serves only the plugins it was started with.
+SUITE_PLUGINS = ("thirdparty.probe:Probe", "thirdparty.fakeipam:FakeIPAMPlugin",
+                 "thirdparty.failafteripam:FailAfterIPAM", "thirdparty.argsplugin:ArgsEcho",
+                 "worker_plugins.probe:WorkerProbe", "veth_ipam:VethPlugin")
 GO_CNI_DIR = "/usr/lib/cni"  # Debian's containernetworking-plugins
 
 MODES_ENV = "CNI_SKEL_TEST_MODES"
@@ -47,6 +55,17 @@ MODES = list(dict.fromkeys(
 
 _WORKER_STATS = pytest.StashKey[dict]()
 _LOG_OFFSET = pytest.StashKey[tuple]()
+
+
+def write_readme_example(dest: pathlib.Path) -> pathlib.Path:
+    """Write the README's example plugin to ``dest/veth_ipam.py`` (module
+    ``veth_ipam``, class ``VethPlugin``); returns the file."""
+    text = README.read_text()
+    m = re.search(r"<!-- example: veth_ipam.py -->\n```python\n(.*?)```", text, re.S)
+    assert m, "README lost its example plugin"
+    path = dest / "veth_ipam.py"
+    path.write_text(m.group(1))
+    return path
 
 
 def load_vector(name: str) -> dict:
@@ -88,13 +107,19 @@ class SuiteWorker:
     its pre-forked children) serving on ``sock``; its log in ``log_path``
     (one line per request, with the container ID)."""
 
-    def __init__(self, sock: str, log_path: str, timeout: float = 60.0) -> None:
+    def __init__(self, sock: str, log_path: str, timeout: float = 60.0,
+                 preload: tuple[str, ...] = (), pythonpath: tuple[str, ...] = (),
+                 args: tuple[str, ...] = ()) -> None:
         self.sock, self.log_path = sock, log_path
         self._log_fp = open(log_path, "ab")  # noqa: SIM115 (closed in stop)
         env = {k: v for k, v in os.environ.items()
                if k not in (launcher.SOCKET_ENV, launcher.REQUIRED_ENV)}
+        if pythonpath:
+            env["PYTHONPATH"] = os.pathsep.join(
+                [*pythonpath, *filter(None, [os.environ.get("PYTHONPATH")])])
+        extra = [arg for ref in preload for arg in ("--preload", ref)]
         self.proc = subprocess.Popen([*worker_command(), "worker", "--socket", sock,
-                                      "--drain-timeout", "10"],
+                                      "--drain-timeout", "10", *extra, *args],
                                      stdin=subprocess.DEVNULL, stdout=self._log_fp,
                                      stderr=subprocess.STDOUT, env=env, start_new_session=True)
         deadline = time.monotonic() + timeout
@@ -165,8 +190,10 @@ def cni_worker(request: pytest.FixtureRequest,
         pytest.skip("the worker needs root")
     sock_dir = tempfile.mkdtemp(prefix="cnsk-suite-")  # short: sun_path holds 108 bytes
     log_path = str(tmp_path_factory.mktemp("cni-worker") / "worker.log")
+    example = write_readme_example(tmp_path_factory.mktemp("readme-example"))
     try:
-        worker = SuiteWorker(os.path.join(sock_dir, "worker.sock"), log_path)
+        worker = SuiteWorker(os.path.join(sock_dir, "worker.sock"), log_path,
+                             preload=SUITE_PLUGINS, pythonpath=(str(HERE), str(example.parent)))
         try:
             yield worker
         finally:

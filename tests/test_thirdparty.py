@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import re
 
 import pytest
-from conftest import HERE, THIRDPARTY
+from conftest import HERE, THIRDPARTY, write_readme_example
 
 from cni_skel import netlink
 from cni_skel.errors import CNIError
@@ -22,8 +21,8 @@ README = HERE.parent / "README.md"
 
 @pytest.fixture
 def tp_bin(tmp_path, cni_worker_socket):
-    # Launchers for this run's mode (tests/conftest.py): warm, the worker
-    # imports these plugins per call from their pythonpath.
+    # Launchers for this run's mode (tests/conftest.py): warm, the suite
+    # worker serves these plugins (conftest.SUITE_PLUGINS).
     d = tmp_path / "bin"
     d.mkdir()
     path = [str(THIRDPARTY.parent)]
@@ -35,12 +34,8 @@ def tp_bin(tmp_path, cni_worker_socket):
 
 
 def readme_plugin(dest, worker_socket) -> str:
-    text = README.read_text()
-    m = re.search(r"<!-- example: veth_ipam.py -->\n```python\n(.*?)```", text, re.S)
-    assert m, "README lost its example plugin"
-    code = m.group(1)
+    code = write_readme_example(dest).read_text()
     assert 20 <= len(code.strip().splitlines()) <= 40
-    (dest / "veth_ipam.py").write_text(code)
     return install_plugin(dest, "veth-ipam", "veth_ipam:VethPlugin", pythonpath=[str(dest)],
                           worker_socket=worker_socket)
 

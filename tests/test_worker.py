@@ -40,11 +40,16 @@ class Worker:
     """A `cni-skel worker` subprocess in its own session (killpg reaches
     its children), stderr in a file."""
 
-    def __init__(self, sock: str, log: str, prefix: tuple[str, ...] = ()) -> None:
+    def __init__(self, sock: str, log: str, prefix: tuple[str, ...] = (),
+                 args: tuple[str, ...] = ()) -> None:
         self.sock, self.log_path = sock, log
         self.log_fp = open(log, "ab")  # noqa: SIM115 (closed in stop)
-        self.proc = subprocess.Popen([*prefix, CLI, "worker", "--socket", sock],
-                                     stdout=self.log_fp,
+        # The probe is served because it is preloaded: a worker imports
+        # nothing a request names.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(PROBE_PATH)}
+        self.proc = subprocess.Popen([*prefix, CLI, "worker", "--socket", sock,
+                                      "--preload", PROBE_REF, *args],
+                                     stdout=self.log_fp, env=env,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 60
         while not launcher.ping(sock, 2.0)[0]:
@@ -377,8 +382,9 @@ def test_unknown_plugin_falls_back_to_one_shot(worker, wdir, netns_factory):
             for sub in ("warm", "cold")]
     assert runs[0].exit_code == runs[1].exit_code != 0
     assert runs[0].stdout == runs[1].stdout
-    assert "No module named 'worker_plugins.nope'" in runs[0].stderr
+    assert "No module named 'worker_plugins.nope'" in runs[0].stderr  # the launcher's own try
     assert any("unknown plugin" in ln for ln in worker.served("nope1")), worker.log()
+    assert "cannot load plugin" not in worker.log()
 
 
 # --------------------------------------------------------------------------
@@ -450,14 +456,14 @@ def test_sigkill_after_request_next_call_falls_back(worker, wbin, node_netns, po
 
 
 @pytest.mark.parametrize("mode", ["segv", "exit"])
-def test_crashing_child_answers_999(worker, wbin, node_netns, pod_netns, mode):
+def test_crashing_child_answers_11(worker, wbin, node_netns, pod_netns, mode):
     run = run_plugin_raw(os.path.join(wbin, "worker-probe"), "ADD", probe_conf(mode=mode),
                          container_id=f"crash-{mode}", netns=pod_netns.path, node=node_netns)
     assert run.exit_code == 1, run
-    assert run.doc["code"] == 999 and run.doc["cniVersion"] == "1.1.0", run.doc
+    assert run.doc["code"] == 11 and run.doc["cniVersion"] == "1.1.0", run.doc
     expect = "killed by signal 11 (SIGSEGV)" if mode == "segv" else "exited with status 0"
     assert expect in run.doc["msg"]
-    assert any("answered code 999" in ln for ln in worker.served(f"crash-{mode}"))
+    assert any("answered code 11" in ln for ln in worker.served(f"crash-{mode}"))
     # The worker still serves.
     assert launcher.ping(worker.sock)[0]
 
@@ -535,8 +541,10 @@ def test_replacing_the_worker_keeps_requests_in_flight(worker, wbin, wdir, node_
 # --------------------------------------------------------------------------
 # capabilities: the child has the launcher's, never more
 
-CAP_NET_ADMIN = 12
+CAP_NET_ADMIN, CAP_SYS_MODULE = 12, 16
 DROP_NET_ADMIN = ("setpriv", "--inh-caps=-net_admin", "--bounding-set=-net_admin")
+# A capability no plugin needs: a caller without it is still served, with less.
+DROP_SYS_MODULE = ("setpriv", "--inh-caps=-sys_module", "--bounding-set=-sys_module")
 CAP_KEYS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
 
 
@@ -546,17 +554,17 @@ def _status_caps(text):
 
 
 def test_child_takes_the_launchers_capabilities(worker, wbin, wdir, node_netns, pod_netns):
-    """A launcher run without CAP_NET_ADMIN (setpriv, a confined runtime) must
+    """A launcher run without CAP_SYS_MODULE (setpriv, a confined runtime) must
     not get it back through the worker: the child drops to its sets."""
     expected = _status_caps(subprocess.run(
-        ["ip", "netns", "exec", node_netns.name, *DROP_NET_ADMIN, "cat", "/proc/self/status"],
+        ["ip", "netns", "exec", node_netns.name, *DROP_SYS_MODULE, "cat", "/proc/self/status"],
         capture_output=True, text=True, check=True).stdout)
-    assert not expected["CapEff"] >> CAP_NET_ADMIN & 1
-    assert not expected["CapBnd"] >> CAP_NET_ADMIN & 1
+    assert not expected["CapEff"] >> CAP_SYS_MODULE & 1
+    assert not expected["CapBnd"] >> CAP_SYS_MODULE & 1
     marker = os.path.join(wdir, "caps.started")
     env = {"PATH": os.environ["PATH"], "CNI_COMMAND": "ADD", "CNI_CONTAINERID": "caps1",
            "CNI_NETNS": pod_netns.path, "CNI_IFNAME": "eth0", "CNI_PATH": wbin}
-    proc = subprocess.Popen(["ip", "netns", "exec", node_netns.name, *DROP_NET_ADMIN,
+    proc = subprocess.Popen(["ip", "netns", "exec", node_netns.name, *DROP_SYS_MODULE,
                              os.path.join(wbin, "worker-probe")],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=env)
@@ -594,12 +602,12 @@ def test_caller_with_capabilities_the_worker_lacks_runs_one_shot(sock, wdir, wbi
         result = run_plugin(exe, "ADD", lo_conf(), container_id="capsmore1", **kw)
         assert result["interfaces"][0]["name"] == "lo"
         (line,) = w.served("capsmore1")
-        assert "refused, the launcher holds capabilities this worker lacks" in line, line
+        assert "refused, the caller holds capabilities this worker lacks" in line, line
         assert "the launcher runs it one-shot" in line
         run = run_plugin_raw(exe, "DEL", lo_conf(), container_id="capsmore2",
                              env={launcher.REQUIRED_ENV: "1"}, **kw)
         assert run.exit_code == 1 and run.doc["code"] == 11, run
-        assert "refused: the launcher holds capabilities" in run.doc["details"]
+        assert "refused: the caller holds capabilities" in run.doc["details"]
     finally:
         w.stop()
 
@@ -644,7 +652,7 @@ def test_worker_required_answers_11_instead_of_one_shot(worker, wbin, wdir, netn
                             pythonpath=PROBE_PATH, worker_socket=worker.sock)
     run = run_plugin_raw(nope, "ADD", lo_conf(), container_id="req-nope", env=required, **kw)
     assert run.doc["code"] == 11 and "unknown plugin" in run.doc["details"], run.doc
-    assert "No module named 'worker_plugins.nope'" in run.doc["details"]
+    assert "is not served by this worker" in run.doc["details"]
     # Served: works, and the worker logged it.
     assert run_plugin(exe, "ADD", lo_conf(), container_id="req-ok", env=required, **kw)
     assert _lo_is_up(pod.path) and worker.served("req-ok"), worker.log()

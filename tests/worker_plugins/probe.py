@@ -2,17 +2,22 @@
 
 Config keys (besides NetConf's): ``mode`` (``probe``: write ``report`` as
 JSON; ``sleep``: create ``marker`` then sleep ``seconds``; ``segv``: die of
-SIGSEGV; ``exit``: os._exit(0) without answering), ``report``, ``marker``,
+SIGSEGV; ``exit``: os._exit(0) without answering; ``garble``: send junk on
+every unix datagram socket it holds, i.e. the worker child's report channel,
+then answer), ``report``, ``marker``,
 ``seconds``. ADD answers an empty result; the other verbs succeed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import sys
 import time
+from pathlib import Path
 
 from cni_skel import NetConf, Plugin, Result
 
@@ -22,6 +27,26 @@ class ProbeConf(NetConf):
     report: str = ""
     marker: str = ""
     seconds: float = 0.0
+
+
+def _garble_reports() -> None:
+    junk = [b"", b"accepted", b"accepted\0" + b"9" * 30, b"request\0only-two", b"\xff" * 9000,
+            b"request\0" + b"x" * 5000 + b"\0ADD\0ref\0" + b"1.1.0", b"nonsense\0\0\0\0"]
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            sock = socket.socket(fileno=os.dup(int(name)))
+        except OSError:
+            continue
+        with sock:
+            if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_DGRAM:
+                continue
+            for msg in junk:
+                with contextlib.suppress(OSError):
+                    sock.send(msg)
+            with contextlib.suppress(OSError):  # an fd with a report that wants none
+                sock.sendmsg([b"request\0a\0b\0c\0d"],
+                              [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                sock.fileno().to_bytes(4, sys.byteorder))])
 
 
 def _ino(path: str) -> int:
@@ -43,7 +68,9 @@ class WorkerProbe(Plugin):
                            "env": dict(os.environ), "netns": _ino("/proc/self/ns/net"),
                            "mntns": _ino("/proc/self/ns/mnt"),
                            "sys_class_net": sorted(os.listdir("/sys/class/net")),
-                           "stdin_left": os.read(0, 100).decode()}, fp)
+                           "stdin_left": os.read(0, 100).decode(),
+                           "ppid": os.getppid(), "status": Path("/proc/self/status").read_text()},
+                          fp)
         elif conf.mode == "sleep":
             with open(conf.marker, "w") as fp:
                 fp.write(str(os.getpid()))
@@ -52,6 +79,8 @@ class WorkerProbe(Plugin):
             os.kill(os.getpid(), signal.SIGSEGV)
         elif conf.mode == "exit":
             os._exit(0)
+        elif conf.mode == "garble":
+            _garble_reports()
         return Result()
 
     def delete(self, args, conf):
