@@ -227,6 +227,9 @@ def _dispatch(plugin: type[Plugin], env: Mapping[str, str], stdin_data: bytes,
         except (ValueError, UnicodeDecodeError) as exc:
             raise CNIError(ERR_DECODING_FAILURE, f"error unmarshall network config: {exc}") \
                 from None
+        except RecursionError:  # nesting deeper than the interpreter's stack
+            raise CNIError(ERR_DECODING_FAILURE, "error unmarshall network config: nested "
+                           "too deeply") from None
         if not isinstance(raw, dict):
             raise CNIError(ERR_DECODING_FAILURE, "error unmarshall network config: "
                            f"expected a JSON object, got {type(raw).__name__}")

@@ -169,6 +169,21 @@ def test_bad_prev_result_is_an_error(probe):
     assert run.exit_code == 1 and run.doc["code"] == 6 and "prevResult" in run.doc["msg"]
 
 
+@pytest.mark.parametrize("where", ["top", "args", "prevResult"])
+def test_deeply_nested_config_is_a_decoding_error(probe, where):
+    """Found by the fuzz suite: nesting past Python's recursion limit is
+    code 6 like any undecodable config, not 999 with a traceback."""
+    deep = '{"a":' * 5000 + "1" + "}" * 5000
+    body = {"top": deep,
+            "args": '{"cniVersion": "1.0.0", "name": "n", "type": "probe", "args": ' + deep + "}",
+            "prevResult": '{"cniVersion": "1.0.0", "name": "n", "type": "probe", '
+                          '"prevResult": ' + deep + "}"}[where]
+    for command in ("ADD", "DEL"):
+        run = add(probe, body.encode(), command=command)
+        assert run.exit_code == 1 and run.doc["code"] == 6, (command, run)
+        assert "Traceback" not in run.stderr
+
+
 def test_dispatch_is_stateless_and_in_process():
     """The same dispatch a worker would call, many times in one process."""
     import io

@@ -1,0 +1,287 @@
+"""What is there: a comparable picture of the state plugins leave behind.
+
+`take` reads, for each named network namespace, its links (kind, MTU, MAC,
+up/promisc/allmulti flags, queue length, master, veth peer) and addresses
+(pyroute2, IPv6 link-local left out: the kernel adds those by itself), its
+nftables ruleset (libnftables JSON; every set/map element is an item of its
+own), the chosen sysctls (read inside the namespace: /proc/sys/net belongs to
+the reading thread's namespace); and every file under the given directories
+(size and SHA-256). `diff` compares two pictures and names what appeared,
+vanished or changed, leaving out `is_infra` items.
+
+Infrastructure (`is_infra`) is what a plugin creates once for a whole network
+and keeps, as the Go plugins do: the bridge device with its gateway addresses
+and its VLAN gateway veth pair (Go's bridge never deletes them), the rule
+layout inside the nftables tables shared by all pods (``cni_skel_bridge``,
+``cni_portmap``: chains, sets and rules, e.g. another network's masquerade
+chain; the tables themselves and their *elements* always count: a node has
+the tables from its first pod on), host-local's bookkeeping files (``lock``,
+``last_reserved_ip.N``, the ``.cni-skel-index`` cache), and forwarding /
+``route_localnet`` switched on in the node namespace (Go never switches them
+back).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from cni_skel.netns import NetNS
+from cni_skel.nft import Nft
+
+__all__ = ["INFRA_TABLES", "LinkState", "Observer", "Snapshot", "diff", "is_infra", "take"]
+
+#: nftables tables whose layout (not elements) is shared by every pod of a node.
+INFRA_TABLES = frozenset({("inet", "cni_skel_bridge"), ("bridge", "cni_skel_bridge"),
+                          ("inet", "cni_portmap")})
+#: Node sysctls a plugin may switch on for good (bridge: forwarding; portmap:
+#: route_localnet), matched on the /proc/sys-relative path.
+_INFRA_SYSCTL = re.compile(r"^net/ipv4/ip_forward$|^net/ipv6/conf/all/forwarding$"
+                           r"|^net/ipv4/conf/[^/]+/route_localnet$")
+_VLAN_GATEWAY = re.compile(r"\.\d+$")
+_IFF_UP, _IFF_PROMISC, _IFF_ALLMULTI = 0x1, 0x100, 0x200
+
+
+class LinkState(NamedTuple):
+    """One link as compared: ``peer`` is the veth peer's name when it lives in
+    the same namespace."""
+
+    kind: str | None
+    mtu: int | None
+    mac: str | None
+    up: bool
+    promisc: bool
+    allmulti: bool
+    txqlen: int | None
+    master: str | None
+    peer: str | None
+
+
+#: key -> value; keys are tuples whose first item says what they are:
+#: ("link", ns, name), ("addr", ns, ifname, cidr), ("nft", ns, kind, family,
+#: table, name), ("rule", ns, family, table, chain, rule JSON) -> count,
+#: ("elem", ns, family, table, set, element JSON), ("file", relative path),
+#: ("sysctl", ns, key).
+Snapshot = dict[tuple, Any]
+
+
+def _links(ns: str, ipr: Any, out: Snapshot) -> None:
+    links = ipr.get_links()
+    names = {m["index"]: m.get_attr("IFLA_IFNAME") for m in links}
+    for m in links:
+        info = m.get_attr("IFLA_LINKINFO")
+        kind = info.get_attr("IFLA_INFO_KIND") if info is not None else None
+        flags = m["flags"]
+        out[("link", ns, m.get_attr("IFLA_IFNAME"))] = LinkState(
+            kind, m.get_attr("IFLA_MTU"), m.get_attr("IFLA_ADDRESS"), bool(flags & _IFF_UP),
+            bool(flags & _IFF_PROMISC), bool(flags & _IFF_ALLMULTI),
+            m.get_attr("IFLA_TXQLEN"), names.get(m.get_attr("IFLA_MASTER")),
+            names.get(m.get_attr("IFLA_LINK"))
+            if kind == "veth" and m.get_attr("IFLA_LINK_NETNSID") is None else None)
+    for a in ipr.get_addr():
+        ip = a.get_attr("IFA_LOCAL") or a.get_attr("IFA_ADDRESS")
+        if ip is None or ipaddress.ip_address(ip).is_link_local:
+            continue
+        out[("addr", ns, names.get(a["index"]), f"{ip}/{a['prefixlen']}")] = True
+
+
+def _scrub(obj: Any) -> Any:
+    # Counters and timeouts move by themselves (traffic, time): not state.
+    if isinstance(obj, dict):
+        return {k: (None if k in ("counter", "expires") else _scrub(v)) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_scrub(v) for v in obj]
+    return obj
+
+
+def _canon(obj: Any) -> str:
+    return json.dumps(_scrub(obj), sort_keys=True, separators=(",", ":"))
+
+
+def _nft(ns: str, handle: NetNS, nft: Nft, out: Snapshot) -> None:
+    objects = handle.run(lambda: nft.run([{"list": {"ruleset": None}}]))
+    for obj in objects:
+        kind, spec = next(iter(obj.items()))
+        spec = {k: v for k, v in spec.items() if k != "handle"}
+        family = spec.get("family")
+        if kind == "table":
+            out[("nft", ns, "table", family, spec["name"], "")] = _canon(spec)
+        elif kind == "rule":
+            body = {k: v for k, v in spec.items() if k in ("expr", "comment")}
+            key = ("rule", ns, family, spec["table"], spec["chain"], _canon(body))
+            out[key] = out.get(key, 0) + 1
+        else:
+            elems = spec.pop("elem", None) or []
+            out[("nft", ns, kind, family, spec.get("table"), spec.get("name"))] = _canon(spec)
+            for elem in elems:
+                out[("elem", ns, family, spec.get("table"), spec.get("name"), _canon(elem))] = True
+
+
+def _sysctls(ns: str, handle: NetNS, keys: Sequence[str], out: Snapshot) -> None:
+    with handle.enter():
+        for key in keys:
+            try:
+                with open(f"/proc/sys/{key}", "rb") as fp:
+                    out[("sysctl", ns, key)] = fp.read().decode("utf-8", "replace").strip()
+            except OSError:
+                pass
+
+
+def _files(root: str, out: Snapshot) -> None:
+    for base, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(base, name)
+            try:
+                with open(path, "rb") as fp:
+                    data = fp.read()
+            except OSError as exc:
+                out[("file", os.path.relpath(path, root))] = f"unreadable: {exc}"
+                continue
+            out[("file", os.path.relpath(path, root))] = (
+                len(data), hashlib.sha256(data).hexdigest()[:16])
+
+
+class Observer:
+    """Takes snapshots of ``namespaces`` (label -> netns path: links,
+    addresses, nftables, and the sysctls ``sysctls[label]`` lists as
+    /proc/sys-relative paths) and of the files under each of ``roots`` (keyed
+    by path relative to its root; roots should not nest). Holds one netlink
+    socket per namespace until `close` (use it from one thread)."""
+
+    def __init__(self, namespaces: Mapping[str, str], roots: Sequence[str] = (),
+                 sysctls: Mapping[str, Sequence[str]] | None = None) -> None:
+        self.roots = list(roots)
+        self.sysctls = dict(sysctls or {})
+        self._handles: dict[str, NetNS] = {}
+        self._iprs: dict[str, Any] = {}
+        self._nfts: dict[str, Nft] = {}
+        try:
+            for label, path in namespaces.items():
+                handle = self._handles[label] = NetNS.open(path)
+                self._iprs[label] = handle.iproute()
+                # libnftables keeps the netlink socket it opened at creation:
+                # one context per namespace, made inside it.
+                self._nfts[label] = handle.run(Nft)
+        except BaseException:
+            self.close()
+            raise
+
+    def take(self) -> Snapshot:
+        out: Snapshot = {}
+        for label, handle in self._handles.items():
+            _links(label, self._iprs[label], out)
+            _nft(label, handle, self._nfts[label], out)
+            keys = self.sysctls.get(label)
+            if keys:
+                _sysctls(label, handle, keys, out)
+        for root in self.roots:
+            _files(root, out)
+        return out
+
+    def close(self) -> None:
+        for ipr in self._iprs.values():
+            ipr.close()
+        for handle in self._handles.values():
+            handle.close()
+        self._iprs, self._handles, self._nfts = {}, {}, {}
+
+    def __enter__(self) -> Observer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def take(namespaces: Mapping[str, str], roots: Sequence[str] = (),
+         sysctls: Mapping[str, Sequence[str]] | None = None) -> Snapshot:
+    """One snapshot (see `Observer`)."""
+    with Observer(namespaces, roots, sysctls) as observer:
+        return observer.take()
+
+
+def _link_of(snaps: Sequence[Snapshot], ns: str, name: str | None) -> LinkState | None:
+    for snap in snaps:
+        link = snap.get(("link", ns, name))
+        if link is not None:
+            return link
+    return None
+
+
+def _is_infra_link(snaps: Sequence[Snapshot], ns: str, name: str | None) -> bool:
+    link = _link_of(snaps, ns, name)
+    if ns != "node" or link is None or name is None:
+        return False
+    if link.kind == "bridge":
+        return True
+    # Go's ensureVlanInterface: veth "<bridge>.<vlan>", its peer a bridge port.
+    return link.kind == "veth" and (bool(_VLAN_GATEWAY.search(name))
+                                    or bool(link.peer and _VLAN_GATEWAY.search(link.peer)))
+
+
+def is_infra(key: tuple, old: Any, new: Any, before: Snapshot, after: Snapshot) -> bool:
+    """Is this difference a network's lasting infrastructure (see the module
+    docstring) rather than state of one attachment?"""
+    what = key[0]
+    snaps = (after, before)
+    if what == "link":
+        return _is_infra_link(snaps, key[1], key[2])
+    if what == "addr":
+        return _is_infra_link(snaps, key[1], key[2])
+    if what == "nft":  # a table itself is never infrastructure a call may add
+        return key[2] != "table" and (key[3], key[4]) in INFRA_TABLES
+    if what == "rule":
+        return (key[2], key[3]) in INFRA_TABLES
+    if what == "file":
+        parts = key[1].split(os.sep)
+        return parts[-1] == "lock" or parts[-1].startswith("last_reserved_ip.") \
+            or ".cni-skel-index" in parts
+    if what == "sysctl":
+        return key[1] == "node" and bool(_INFRA_SYSCTL.match(key[2])) and new == "1"
+    return False
+
+
+def _show(key: tuple, value: Any) -> str:
+    what = key[0]
+    if what == "link":
+        return f"link {key[1]}/{key[2]} {value.kind or 'device'}"
+    if what == "addr":
+        return f"address {key[3]} on {key[1]}/{key[2]}"
+    if what == "nft":
+        return f"nftables {key[2]} {key[1]}: {key[3]} {key[4]} {key[5]}".rstrip()
+    if what == "rule":
+        return f"nftables rule {key[1]}: {key[2]} {key[3]} chain {key[4]}: {key[5][:160]}"
+    if what == "elem":
+        return f"nftables element {key[1]}: {key[2]} {key[3]} set {key[4]}: {key[5][:160]}"
+    if what == "file":
+        return f"file {key[1]}"
+    if what == "sysctl":
+        return f"sysctl {key[1]} {key[2]}"
+    return repr(key)
+
+
+def diff(before: Snapshot, after: Snapshot,
+         allow: Callable[[tuple, Any, Any, Snapshot, Snapshot], bool] | None = is_infra
+         ) -> list[str]:
+    """What differs, one line each (``+`` appeared, ``-`` vanished, ``~``
+    changed), minus what ``allow`` accepts (default: `is_infra`)."""
+    lines = []
+    for key in sorted(set(before) | set(after), key=repr):
+        old, new = before.get(key), after.get(key)
+        if old == new or (allow is not None and allow(key, old, new, before, after)):
+            continue
+        if old is None:
+            lines.append(f"+ {_show(key, new)}")
+        elif new is None:
+            lines.append(f"- {_show(key, old)}")
+        elif key[0] == "link":
+            changed = [f"{f} {a!r} -> {b!r}" for f, a, b in zip(LinkState._fields, old, new,
+                                                                 strict=True) if a != b]
+            lines.append(f"~ {_show(key, new)}: {', '.join(changed)}")
+        else:
+            lines.append(f"~ {_show(key, new)}: {old!r} -> {new!r}")
+    return lines

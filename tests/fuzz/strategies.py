@@ -1,0 +1,594 @@
+"""Hypothesis strategies for the contract fuzz suite: one `Case` is the
+environment and stdin of one plugin call, plus whether a valid ADD runs
+first (so DEL, CHECK and GC meet a real attachment).
+
+Configs start from a known-good config per plugin (`base_config`), get
+optional keys derived from the plugin's own pydantic config model
+(`from_model`: every field of the model, values by type and by key name
+from `HINTS`), and are then, in most examples, mutated: a value of the
+wrong type at a random path, a deleted key, a huge string, any cniVersion of
+`cni_skel.version` (and malformed ones), padding up to 1 MB, or stdin that is
+not a JSON object at all. prevResults are built from the result model
+(`cni_skel.types.Result`) and written in the config's version.
+Environment variables are valid mostly, else missing, empty, long (up to
+100 kB), invalid UTF-8 (bytes) or with control characters.
+
+Paths and names never reach outside the test: every value that names a
+namespace, a directory or a container is a placeholder (`token`) the test
+resolves to what it made; a mutated CNI_NETNS or CNI_PATH always lies under
+a directory that does not exist; the ``dataDir`` keys are never deleted nor
+set to another string (an empty or relative one would mean the machine's
+/var/lib/cni or the working directory), only to values of a wrong type;
+tuning only gets sysctls from `SAFE_SYSCTLS` (per network namespace, so
+they only ever reach the pod).
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, Union
+
+from cni_skel_plugins.bridge.config import BridgeConf
+from cni_skel_plugins.host_local.config import HostLocalConf, IPAMSettings
+from cni_skel_plugins.portmap.config import PortMapConf
+from cni_skel_plugins.tuning.config import TuningConf
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from cni_skel.config import NetConf, ValidAttachment
+from cni_skel.errors import CNIError
+from cni_skel.types import Result
+from cni_skel.version import ALL_VERSIONS, CURRENT_VERSION
+
+__all__ = [
+    "BRIDGE",
+    "CNI_VARS",
+    "MISSING",
+    "NET",
+    "PLUGINS",
+    "SAFE_SYSCTLS",
+    "TOKENS",
+    "VERBS",
+    "Case",
+    "base_config",
+    "cases",
+    "from_model",
+    "prev_result",
+    "token",
+]
+
+PLUGINS = ("bridge", "host-local", "loopback", "portmap", "tuning")
+VERBS = ("ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION")
+CNI_VARS = ("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS", "CNI_PATH")
+
+
+def token(name: str) -> str:
+    """A placeholder the test replaces (in env values and in the JSON text)."""
+    return f"@@fz:{name}@@"
+
+
+#: Placeholders: POD (the pod's netns path), NOTNS (a regular file), BIN (the
+#: bin dir), DATA (host-local dataDir), TUNING (tuning dataDir), RESOLV (a
+#: resolv.conf), CID (this example's container ID), PREV (the setup ADD's
+#: result, a JSON value).
+TOKENS = {name: token(name) for name in
+          ("POD", "NOTNS", "BIN", "DATA", "TUNING", "RESOLV", "CID", "PREV")}
+POD, NOTNS, BIN, DATA, TUNING, RESOLV, CID, PREV = TOKENS.values()
+#: A missing environment variable.
+MISSING = None
+
+NET = "fznet"
+BRIDGE = "cnskfz0"
+PM_LINK = "cnskfzpm0"  # the node link portmap's prevResult names
+PM_NODE = ("10.99.0.1/24", "fd00:99::1/64")
+POD_IPS = ("10.99.0.5/24", "fd00:99::5/64")
+RANGES = [[{"subnet": "10.66.0.0/24"}], [{"subnet": "fd00:66::/64"}]]
+ABSENT = "/run/netns/cnsk-fz-absent-"  # a path under it never exists
+
+#: Sysctls tuning may set in the fuzz: all per network namespace, so a write
+#: only ever reaches the pod. Values are valid ones.
+SAFE_SYSCTLS = {
+    "net.core.somaxconn": ("1024", "512"),
+    "net.ipv4.ip_unprivileged_port_start": ("0", "1000"),
+    "net.ipv4.ping_group_range": ("0 2147483647", "1 0"),
+    "net.ipv4.conf.IFNAME.rp_filter": ("0", "2"),
+    "net/ipv4/conf/IFNAME/accept_redirects": ("0", "1"),
+    "net.ipv4.conf.eth0.arp_ignore": ("1", "2"),
+    "net.ipv4.tcp_syncookies": ("0", "2"),
+}
+
+
+def sysctl_paths(ifnames: tuple[str, ...] = ("eth0", "lo")) -> list[str]:
+    """/proc/sys-relative paths of `SAFE_SYSCTLS` (IFNAME for each name)."""
+    out = []
+    for key in SAFE_SYSCTLS:
+        parts = key.split("/") if "/" in key else key.split(".")
+        for ifname in ifnames if "IFNAME" in parts else ifnames[:1]:
+            path = "/".join(ifname if p == "IFNAME" else p for p in parts)
+            if path not in out:
+                out.append(path)
+    return out
+
+
+# --- known-good configs ------------------------------------------------------------
+
+
+def prev_result(plugin: str, version: str = CURRENT_VERSION) -> Any:
+    """A prevResult for a chained plugin (portmap: node link + pod interface
+    with the pod's addresses; tuning: the pod interface), built with the
+    result model and written in ``version``'s shape."""
+    if plugin == "portmap":
+        doc = {"interfaces": [{"name": PM_LINK}, {"name": "eth0", "sandbox": POD}],
+               "ips": [{"address": POD_IPS[0], "gateway": "10.99.0.1", "interface": 1},
+                       {"address": POD_IPS[1], "interface": 1}]}
+    else:
+        doc = {"interfaces": [{"name": "eth0", "sandbox": POD}],
+               "ips": [{"address": POD_IPS[0], "interface": 0}]}
+    return Result.model_validate(doc).to_version(version)
+
+
+def base_config(plugin: str, version: str = CURRENT_VERSION) -> dict:
+    """The known-good config of ``plugin`` (used as is by the setup ADD)."""
+    conf: dict[str, Any] = {"cniVersion": version, "name": NET, "type": plugin}
+    ipam = {"type": "host-local", "dataDir": DATA, "ranges": json.loads(json.dumps(RANGES))}
+    if plugin == "bridge":
+        conf.update(bridge=BRIDGE, isGateway=True, ipMasq=True, macspoofchk=True, ipam=ipam)
+    elif plugin == "host-local":
+        conf["ipam"] = ipam
+    elif plugin == "portmap":
+        conf.update(capabilities={"portMappings": True},
+                    runtimeConfig={"portMappings": [
+                        {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]},
+                    prevResult=prev_result(plugin, version))
+    elif plugin == "tuning":
+        conf.update(dataDir=TUNING, sysctl={"net.core.somaxconn": "1024"}, mtu=1400,
+                    promisc=True, prevResult=prev_result(plugin, version))
+    return conf
+
+
+# --- configs derived from the models -------------------------------------------------
+
+_ADDRS = ["10.66.0.1", "10.66.0.10", "10.66.0.50", "10.66.0.77", "10.99.0.1",
+          "fd00:66::1", "fd00:66::10", "fd00:66::77"]
+_MACS = ["0a:58:0a:42:00:09", "02:42:ac:11:00:02", "0A-58-0A-42-00-0A"]
+
+#: Values by key name ("Model.key" first, then "key"): valid ones mostly, for
+#: the keys whose type alone says too little.
+HINTS: dict[str, st.SearchStrategy[Any]] = {
+    "subnet": st.sampled_from(["10.66.0.0/24", "fd00:66::/64", "10.66.0.0/28", "10.68.0.0/24"]),
+    "rangeStart": st.sampled_from(_ADDRS),
+    "rangeEnd": st.sampled_from(_ADDRS),
+    "gateway": st.sampled_from(_ADDRS),
+    "gw": st.sampled_from(_ADDRS),
+    "address": st.sampled_from([*POD_IPS, "10.66.0.9/24"]),
+    "dst": st.sampled_from(["0.0.0.0/0", "::/0", "10.200.0.0/16"]),
+    "mac": st.sampled_from(_MACS),
+    "mtu": st.sampled_from([0, 1280, 1400, 1500, 9000]),
+    "txQLen": st.sampled_from([0, 500, 1000, 10000]),
+    "vlan": st.sampled_from([0, 0, 0, 0, 0, 10]),
+    "vlanTrunk": st.sampled_from([None, None, [], [{"id": 20}], [{"minID": 30, "maxID": 32}],
+                                  [{"minID": 30}]]),
+    "disableContainerInterface": st.sampled_from([False, False, False, True]),
+    "IPAMSettings.subnet": st.sampled_from(["10.68.0.0/24", "10.66.0.0/28"]),
+    "IPAMSettings.rangeStart": st.sampled_from(["10.68.0.10", "10.66.0.10"]),
+    "IPAMSettings.rangeEnd": st.sampled_from(["10.68.0.50", "10.66.0.50"]),
+    "IPAMSettings.gateway": st.sampled_from(["10.68.0.1", "fd00:66::1"]),
+    "hostPort": st.integers(8080, 8089),
+    "containerPort": st.sampled_from([80, 8080]),
+    "protocol": st.sampled_from(["tcp", "udp", "sctp", "TCP", ""]),
+    "hostIP": st.sampled_from(["", "10.99.0.1", "fd00:99::1", "::ffff:10.99.0.1"]),
+    "backend": st.sampled_from([None, "nftables"]),
+    "ipMasqBackend": st.sampled_from([None, "nftables"]),
+    "conditionsV4": st.sampled_from([None, [], ["ip saddr 10.0.0.0/8"]]),
+    "conditionsV6": st.sampled_from([None, [], ["ip6 saddr fd00::/8"]]),
+    "markMasqBit": st.none(),
+    "externalSetMarkChain": st.none(),
+    "sysctl": st.lists(st.sampled_from(sorted(SAFE_SYSCTLS)), max_size=3, unique=True).flatmap(
+        lambda keys: st.fixed_dictionaries({k: st.sampled_from(SAFE_SYSCTLS[k]) for k in keys})),
+    "dataDir": st.just(DATA),
+    "TuningConf.dataDir": st.just(TUNING),
+    "resolvConf": st.sampled_from([RESOLV, "", "/nonexistent/resolv.conf"]),
+    "ips": st.lists(st.sampled_from(["10.66.0.77", "fd00:66::77", "10.66.0.78/24"]),
+                    max_size=2, unique=True),
+    "ipRanges": st.sampled_from([[], [[{"subnet": "10.67.0.0/24"}]]]),
+    "nameservers": st.lists(st.sampled_from(["10.0.0.53", "fd00::53"]), max_size=2),
+    "domain": st.sampled_from(["fz.local", ""]),
+    "search": st.lists(st.sampled_from(["fz.local", "svc.fz.local"]), max_size=2),
+    "options": st.lists(st.sampled_from(["ndots:5", "edns0"]), max_size=2),
+    "capabilities": st.sampled_from([{}, {"portMappings": True}, {"mac": True, "ips": True}]),
+    "runtimeConfig": st.sampled_from([{}, {"mac": _MACS[0]}]),
+    "args": st.sampled_from([{}, {"cni": {"mac": _MACS[1]}}]),
+    "containerID": st.sampled_from([CID, "fzother"]),
+    "ifname": st.sampled_from(["eth0", "eth1"]),
+    "Interface.name": st.sampled_from(["eth0", BRIDGE, PM_LINK, "lo"]),
+    "sandbox": st.sampled_from([POD, ""]),
+    "interface": st.sampled_from([0, 1, 2]),
+    "socketPath": st.none(),
+    "pciID": st.none(),
+    "advmss": st.sampled_from([None, 0, 1400]),
+    "priority": st.sampled_from([None, 0, 100]),
+    "table": st.sampled_from([None, 0, 100]),
+    "scope": st.sampled_from([None, 0, 253]),
+}
+
+_IP_TYPES = (ipaddress.IPv4Address, ipaddress.IPv6Address)
+_NET_TYPES = (ipaddress.IPv4Interface, ipaddress.IPv6Interface, ipaddress.IPv4Network,
+              ipaddress.IPv6Network)
+
+
+def _derive(tp: Any, depth: int = 0) -> st.SearchStrategy[Any]:
+    """A strategy for a value of annotation ``tp`` (validators ignored)."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is Annotated:
+        return _derive(args[0], depth)
+    if isinstance(tp, typing.ForwardRef | str):
+        return st.none()
+    if origin in (Union, types.UnionType):
+        members = [a for a in args if a is not type(None)]
+        return st.one_of([_derive(m, depth) for m in members]) if members else st.none()
+    if origin is Literal:
+        return st.sampled_from(args)
+    if origin is list:
+        return st.lists(_derive(args[0], depth + 1), max_size=2 if depth < 3 else 0)
+    if origin is dict:
+        return st.dictionaries(st.sampled_from(["k1", "k2"]), _derive(args[1], depth + 1),
+                               max_size=2)
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return from_model(tp) if depth < 3 else st.just({})
+    if tp is bool:
+        return st.booleans()
+    if tp is int:
+        return st.integers(0, 100)
+    if tp is float:
+        return st.floats(0, 100)
+    if tp is str:
+        return st.sampled_from(["", "fz"])
+    if isinstance(tp, type) and issubclass(tp, _IP_TYPES):
+        return st.sampled_from(_ADDRS)
+    if isinstance(tp, type) and issubclass(tp, _NET_TYPES):
+        return st.sampled_from(["10.66.0.0/24", "fd00:66::/64"])
+    return st.none() | st.booleans() | st.integers(0, 10) | st.just("fz")
+
+
+@functools.cache
+def from_model(model: type[BaseModel], *, skip: frozenset[str] = frozenset(),
+               optional: float = 1 / 3) -> st.SearchStrategy[dict]:
+    """JSON objects for ``model``: its required fields always, each optional
+    one with probability ``optional``; keys are the fields' aliases (the wire
+    names), values from `HINTS`, a nested model's own fields, or the type."""
+    fields = []
+    for name, info in model.model_fields.items():
+        key = info.alias or name
+        if info.exclude or key in skip:
+            continue
+        hint = HINTS.get(f"{model.__name__}.{key}")
+        if hint is None and not _is_model(info.annotation):
+            hint = HINTS.get(key)
+        fields.append((key, hint if hint is not None else _derive(info.annotation),
+                       info.is_required()))
+
+    @st.composite
+    def build(draw: st.DrawFn) -> dict:
+        out = {}
+        for key, strategy, required in fields:
+            if required or draw(st.floats(0, 1)) < optional:
+                out[key] = draw(strategy)
+        return out
+
+    return build()
+
+
+def _is_model(tp: Any) -> bool:
+    for arg in (tp, *typing.get_args(tp)):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return True
+    return False
+
+
+@functools.cache
+def derived_prev_result(version: str) -> st.SearchStrategy[Any]:
+    """A prevResult from the result model's fields, in ``version``'s shape
+    when it can be written so (else as drawn)."""
+    def shape(doc: dict) -> Any:
+        try:
+            return Result.model_validate(doc).to_version(version)
+        except (ValueError, CNIError):
+            return doc
+    return from_model(Result, skip=frozenset({"cniVersion"}), optional=0.7).map(shape)
+
+
+_CONF_MODEL = {"bridge": BridgeConf, "host-local": HostLocalConf, "loopback": NetConf,
+               "portmap": PortMapConf, "tuning": TuningConf}
+# Keys the base config sets (or the case adds) rather than the derivation.
+_BASE_KEYS = frozenset({"cniVersion", "name", "type", "bridge", "ipam", "prevResult", "dataDir",
+                        "cni.dev/valid-attachments", "cni.dev/attachments"})
+
+
+@st.composite
+def configs(draw: st.DrawFn, plugin: str, verb: str, version: str) -> dict:
+    """A valid-ish config: `base_config` plus optional keys from the plugin's
+    model; for host-local and bridge also the ``ipam`` keys of
+    `IPAMSettings`; a derived prevResult now and then."""
+    conf = base_config(plugin, version)
+    conf.update(draw(from_model(_CONF_MODEL[plugin], skip=_BASE_KEYS, optional=0.25)))
+    if "ipam" in conf:
+        extra = draw(from_model(IPAMSettings, skip=frozenset({"type", "dataDir", "ranges"}),
+                                optional=0.1))
+        conf["ipam"].update(extra)
+        if draw(st.integers(0, 4)) == 0:
+            conf["ipam"]["ranges"] = draw(from_model(IPAMSettings, optional=1.0).map(
+                lambda d: d.get("ranges", [])))
+    if plugin in ("portmap", "tuning", "loopback") and draw(st.integers(0, 5)) == 0:
+        conf["prevResult"] = draw(derived_prev_result(version))
+    if verb == "GC" or draw(st.integers(0, 9)) == 0:
+        conf["cni.dev/valid-attachments"] = draw(st.lists(
+            from_model(ValidAttachment), max_size=2))
+    return conf
+
+
+# --- mutations ---------------------------------------------------------------------------
+
+_WRONG = [None, True, False, 0, -1, 7, 2**64, 1.5, "", "fz", "\u00e9\u2603", [], [1, "a"], {},
+          {"fz": 1}]
+_BAD_UTF8 = [b"\xff", b"\xfe\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80"]
+_CONTROL = ["\n", "\t", "\r", "\x1b[31m", "\x7f", "\x01", "\x1f"]
+_LONG = [64, 250, 256, 4096, 100_000]
+_HUGE = [100_000, 300_000, 1_000_000]
+MAX_STDIN = 1_000_000
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+MISSING_KEY = _Missing()
+
+
+def _paths(obj: Any, prefix: tuple = ()) -> list[tuple]:
+    out = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.append((*prefix, k))
+            out.extend(_paths(v, (*prefix, k)))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            out.append((*prefix, i))
+            out.extend(_paths(v, (*prefix, i)))
+    return out
+
+
+def _get(obj: Any, path: tuple) -> Any:
+    for p in path:
+        obj = obj[p]
+    return obj
+
+
+def _is_data_dir(path: tuple) -> bool:
+    return bool(path) and isinstance(path[-1], str) and path[-1].lower() == "datadir"
+
+
+def _holds_data_dir(obj: Any) -> bool:
+    return isinstance(obj, dict) and any(isinstance(k, str) and k.lower() == "datadir"
+                                         for k in obj)
+
+
+@st.composite
+def mutated(draw: st.DrawFn, conf: dict, notes: list[str]) -> dict:
+    """``conf`` with 1-3 mutations (notes say which); at most `MAX_STDIN` bytes."""
+    conf = json.loads(json.dumps(conf))
+    for _ in range(draw(st.integers(1, 3))):
+        room = MAX_STDIN - len(json.dumps(conf))
+        op = draw(st.sampled_from(["wrong-type", "wrong-type", "delete", "huge", "version",
+                                   "pad"]))
+        paths = _paths(conf)
+        if op == "version":
+            v = draw(st.sampled_from([*ALL_VERSIONS, "", "9.9.9", "1.1", "01.1.0", None, 110,
+                                      "1.1.0\n", MISSING_KEY]))
+            if v is MISSING_KEY:
+                conf.pop("cniVersion", None)
+            else:
+                conf["cniVersion"] = v
+            notes.append(f"cniVersion {v!r}")
+            continue
+        if op == "pad":
+            size = min(room - 20, draw(st.sampled_from([10_000, 100_000, 900_000])))
+            if size <= 0:
+                continue
+            conf["fzPad"] = "p" * size
+            notes.append(f"padded with {size} bytes")
+            continue
+        if not paths:
+            continue
+        path = draw(st.sampled_from(paths))
+        parent, key = _get(conf, path[:-1]), path[-1]
+        old = parent[key]
+        if op == "delete":
+            if _is_data_dir(path) or _holds_data_dir(old):
+                continue
+            del parent[key]
+            notes.append(f"deleted {_dotted(path)}")
+        elif op == "huge":
+            if _is_data_dir(path):
+                continue
+            size = min(room, draw(st.sampled_from(_HUGE)))
+            if size <= 0:
+                continue
+            parent[key] = draw(st.sampled_from("aZ9.-/")) * size
+            notes.append(f"{_dotted(path)} = {size}-byte string")
+        else:
+            choices = [w for w in _WRONG if type(w) is not type(old)
+                       and not (_is_data_dir(path) and isinstance(w, str))
+                       and not (_holds_data_dir(old) and isinstance(w, dict))]
+            new = draw(st.sampled_from(choices))
+            parent[key] = new
+            notes.append(f"{_dotted(path)} = {new!r} (was {type(old).__name__})")
+    return conf
+
+
+def _dotted(path: tuple) -> str:
+    return ".".join(str(p) for p in path)
+
+
+@st.composite
+def raw_stdin(draw: st.DrawFn, conf: dict, notes: list[str]) -> bytes:
+    """stdin that is not one JSON object (or is one, wrapped oddly)."""
+    text = json.dumps(conf).encode()
+    kind = draw(st.sampled_from(["empty", "truncated", "binary", "scalar", "bad-utf8", "bom",
+                                 "trailing", "two-docs", "deep"]))
+    notes.append(f"stdin: {kind}")
+    if kind == "empty":
+        return b""
+    if kind == "truncated":
+        return text[:draw(st.integers(0, max(0, len(text) - 2)))]
+    if kind == "binary":
+        return draw(st.binary(max_size=64))
+    if kind == "scalar":
+        return draw(st.sampled_from([b"[]", b"null", b"42", b'"fznet"', b"[{}]", b"{}"]))
+    if kind == "bad-utf8":
+        return text.replace(NET.encode(), b"fz" + draw(st.sampled_from(_BAD_UTF8)) + b"net", 1)
+    if kind == "bom":
+        return b"\xef\xbb\xbf" + text
+    if kind == "trailing":
+        return text + draw(st.sampled_from([b" x", b"}", b"\x00", b"\n\n{}"]))
+    if kind == "two-docs":
+        return text + b"\n" + text
+    depth = draw(st.sampled_from([1000, 100_000]))
+    return b'{"a":' * depth + b"1" + b"}" * depth
+
+
+# --- environments ----------------------------------------------------------------------
+
+
+def _cni_args(plugin: str) -> st.SearchStrategy[str]:
+    common = ["", "", "IgnoreUnknown=1;K8S_POD_NAMESPACE=fz;K8S_POD_NAME=pod-0"]
+    extra = {"host-local": ["IP=10.66.0.77", "IgnoreUnknown=1;IP=fd00:66::77"],
+             "bridge": ["MAC=0a:58:0a:42:00:0b", "IgnoreUnknown=1;MAC=02:42:ac:11:00:09"],
+             "tuning": ["MAC=0a:58:0a:42:00:0c"]}.get(plugin, [])
+    return st.sampled_from(common + extra)
+
+
+def _long(var: str, size: int) -> str:
+    if var == "CNI_NETNS":
+        return ABSENT + "n" * size
+    if var == "CNI_PATH":
+        return "/nonexistent-" + "p" * size
+    if var == "CNI_ARGS":
+        return "IgnoreUnknown=1;FZ=" + "v" * size
+    return {"CNI_COMMAND": "A", "CNI_CONTAINERID": "a", "CNI_IFNAME": "e"}[var] * size
+
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+                max_size=24)
+
+
+@st.composite
+def env_mutation(draw: st.DrawFn, var: str, valid: str, notes: list[str]) -> str | bytes | None:
+    """A broken value for ``var`` (None: unset)."""
+    kinds = ["missing", "empty", "long", "bad-utf8", "control", "text"]
+    if var == "CNI_NETNS":
+        kinds += ["notns", "self", "absent"]
+    if var == "CNI_COMMAND":
+        kinds += ["lower", "unknown"]
+    kind = draw(st.sampled_from(kinds))
+    value: str | bytes | None
+    if kind == "missing":
+        value = MISSING
+    elif kind == "empty":
+        value = ""
+    elif kind == "long":
+        size = draw(st.sampled_from(_LONG))
+        value = _long(var, size)
+        kind = f"long ({size})"
+    elif kind == "bad-utf8":
+        base = ABSENT.encode() if var == "CNI_NETNS" else valid.encode()
+        value = base + draw(st.sampled_from(_BAD_UTF8))
+    elif kind == "control":
+        ctl = draw(st.sampled_from(_CONTROL))
+        value = (ABSENT + "x" if var == "CNI_NETNS" else valid) + ctl
+    elif kind == "text":
+        text = draw(_TEXT)
+        value = ABSENT + text if var == "CNI_NETNS" else \
+            "/nonexistent-" + text if var == "CNI_PATH" else text
+    elif kind == "notns":
+        value = NOTNS
+    elif kind == "self":
+        value = "/proc/self/ns/net"  # the plugin's own namespace: the node
+    elif kind == "absent":
+        value = ABSENT + "x"
+    elif kind == "lower":
+        value = valid.lower()
+    else:
+        value = "FROB"
+    notes.append(f"{var}: {kind}")
+    return value
+
+
+# --- cases ------------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    """One fuzz input: ``env`` (CNI_* variables; absent ones are unset; str or
+    bytes values, placeholders inside), ``config`` (a JSON object with
+    placeholders) or ``raw`` (stdin bytes as is), ``setup`` (a valid ADD runs
+    first and a valid DEL after), ``notes`` (what was broken)."""
+
+    plugin: str
+    verb: str
+    env: dict[str, str | bytes]
+    config: dict | None
+    raw: bytes | None
+    setup: bool
+    notes: list[str] = field(default_factory=list)
+
+    def stdin(self) -> bytes:
+        """stdin with placeholders still in."""
+        if self.raw is not None:
+            return self.raw
+        return json.dumps(self.config).encode()
+
+
+def _version_strategy(verb: str) -> st.SearchStrategy[str]:
+    # Mostly a version the verb is defined for; any version of the spec now and then.
+    valid = {"CHECK": ALL_VERSIONS[4:], "GC": ("1.1.0",), "STATUS": ("1.1.0",)}.get(
+        verb, ALL_VERSIONS)
+    return st.sampled_from(valid) | st.just(CURRENT_VERSION) | st.sampled_from(ALL_VERSIONS)
+
+
+@st.composite
+def cases(draw: st.DrawFn, plugin: str, verb: str) -> Case:
+    """One `Case` for ``plugin`` and ``verb``: valid about 40% of the time,
+    else a broken environment, a broken config, or both."""
+    notes: list[str] = []
+    version = draw(_version_strategy(verb))
+    conf = draw(configs(plugin, verb, version))
+    setup = verb in ("DEL", "CHECK", "GC") and draw(st.booleans())
+    if verb == "CHECK" and setup and plugin in ("bridge", "host-local", "loopback") \
+            and draw(st.booleans()):
+        conf["prevResult"] = PREV  # the setup ADD's own result
+    env: dict[str, str | bytes] = {
+        "CNI_COMMAND": verb, "CNI_CONTAINERID": CID, "CNI_NETNS": POD, "CNI_IFNAME": "eth0",
+        "CNI_ARGS": draw(_cni_args(plugin)), "CNI_PATH": BIN}
+    level = draw(st.sampled_from(["valid", "valid", "env", "config", "both"]))
+    raw = None
+    if level in ("env", "both"):
+        for var in draw(st.lists(st.sampled_from(CNI_VARS), min_size=1, max_size=3,
+                                 unique=True)):
+            value = draw(env_mutation(var, str(env[var]), notes))
+            if value is MISSING:
+                del env[var]
+            else:
+                env[var] = value
+    if level in ("config", "both"):
+        if draw(st.integers(0, 5)) == 0:
+            raw = draw(raw_stdin(conf, notes))
+        else:
+            conf = draw(mutated(conf, notes))
+    return Case(plugin, verb, env, None if raw is not None else conf, raw, setup, notes)

@@ -1,0 +1,561 @@
+"""The CNI contract under fuzzed input, for every plugin and verb, through the
+real executables in both modes (``cni_bin``: oneshot and warm).
+
+Each test function (one plugin, one verb, one mode) makes a node namespace
+(plugins run in it, through ``ip netns exec``) and a pod namespace, primes
+them with one valid ADD and DEL (so the network's lasting infrastructure, the
+bridge or the nftables layout, is there), and takes a `snapshot` of
+everything (the baseline). Each example (`strategies.cases`) then runs:
+optionally a valid setup ADD, the fuzzed call, and for a successful ADD the
+DEL a runtime would send with the same input; then the setup's DEL. After
+every call:
+
+* stdout is empty or exactly one JSON object;
+* exit 0 and no Error object, or non-zero and an Error object (code > 0, msg);
+  no traceback on stderr (an uncaught exception answered 999);
+* a successful ADD prints a result in the config's cniVersion; successful
+  DEL, CHECK, GC and STATUS print nothing; VERSION prints a version object;
+  an unknown CNI_COMMAND is code 4;
+* warm mode: the suite's worker is the same process and answers ping;
+
+and after the example: a failed ADD left nothing (links, addresses, nftables
+objects and elements in both namespaces, sysctls, files in the dataDirs),
+ADD then DEL left nothing, CHECK, STATUS and VERSION changed nothing, and
+the namespaces are back to the baseline. A difference is reported, the
+namespaces are made afresh and the run goes on.
+
+Deviations are collected, not raised at the first one, so a run counts them
+by class (`conftest.FuzzTotals`: terminal summary and ``fuzz-summary.json``
+in pytest's temporary directory); the test then fails listing each class
+with its smallest reproducer. Hypothesis does not shrink here (an example
+costs real calls); the reproducer is the smallest input of the class seen.
+
+Size: ``CNI_SKEL_FUZZ_EXAMPLES`` inputs in total, split evenly across the
+plugin x verb x mode test functions (default `DEFAULT_PER_TEST` each, a
+bounded CI slice); derandomized unless ``CNI_SKEL_FUZZ_SEED`` is set or more
+than the default is asked for (the seed used is then in the summary).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import hypothesis
+import pytest
+from conftest import MODES
+from hypothesis import HealthCheck, Phase, given, settings
+
+from cni_skel import launcher
+from cni_skel.harness import TestNetNS, create_netns, remove_netns
+from cni_skel.netns import NetNS
+from cni_skel.types import parse_result
+from cni_skel.version import ALL_VERSIONS
+
+from . import snapshot
+from . import strategies as S
+
+pytestmark = [pytest.mark.fuzz, pytest.mark.root]
+
+EXAMPLES_ENV = "CNI_SKEL_FUZZ_EXAMPLES"
+SEED_ENV = "CNI_SKEL_FUZZ_SEED"
+DEFAULT_PER_TEST = 4
+N_TESTS = len(S.PLUGINS) * len(S.VERBS) * len(MODES)
+CALL_TIMEOUT = 120.0
+IP = shutil.which("ip") or "/usr/sbin/ip"
+NODE_SYSCTLS = ["net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding",
+                *(f"net/ipv4/conf/{i}/route_localnet" for i in ("all", "lo", S.PM_LINK, S.BRIDGE))]
+POD_SYSCTLS = S.sysctl_paths()
+RESOLV_CONF = "nameserver 10.0.0.53\nsearch fz.local\noptions ndots:2\n"
+TRACEBACK = "Traceback (most recent call last)"
+
+
+def budget() -> tuple[int, int | None]:
+    """(examples per test function, seed or None for derandomized)."""
+    raw = os.environ.get(EXAMPLES_ENV, "").strip()
+    total = int(raw) if raw else DEFAULT_PER_TEST * N_TESTS
+    per_test = max(1, -(-total // N_TESTS))
+    seed_raw = os.environ.get(SEED_ENV, "").strip()
+    if seed_raw:
+        return per_test, int(seed_raw)
+    if total > DEFAULT_PER_TEST * N_TESTS:  # a long run: new inputs each time
+        return per_test, random.SystemRandom().randrange(2**32)
+    return per_test, None
+
+
+# --- one call ---------------------------------------------------------------------------
+
+
+@dataclass
+class Call:
+    """What one plugin call answered."""
+
+    exit_code: int | None  # None: timed out
+    stdout: bytes
+    stderr: str
+    seconds: float
+
+    @property
+    def doc(self) -> Any:
+        try:
+            return json.loads(self.stdout)
+        except ValueError:
+            return None
+
+    def brief(self) -> str:
+        out = self.stdout.decode("utf-8", "replace").strip().replace("\n", " ")
+        out = re.sub(r"\s+", " ", out)
+        err = self.stderr.strip().splitlines()[-1:] if self.stderr.strip() else []
+        return (f"exit {self.exit_code}, stdout {out[:400]!r}"
+                + (f", stderr ends {err[0][:200]!r}" if err else ""))
+
+
+def actual_verb(env: dict[bytes, bytes]) -> str:
+    """The verb the plugin sees: a spec verb, ``about`` (unset or empty:
+    a human asking) or ``unknown``."""
+    raw = env.get(b"CNI_COMMAND", b"")
+    if not raw:
+        return "about"
+    text = raw.decode("utf-8", "replace")
+    return text if text in S.VERBS else "unknown"
+
+
+def config_version(stdin: bytes) -> str | None:
+    """The cniVersion a result must be written in, when stdin says one."""
+    try:
+        doc = json.loads(stdin)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    v = doc.get("cniVersion")
+    if v is None or v == "":
+        return "0.1.0"
+    return v if v in ALL_VERSIONS else None
+
+
+def contract(call: Call, verb: str, stdin: bytes) -> list[tuple[str, str]]:
+    """(class, detail) for every rule of the output contract ``call`` breaks."""
+    devs: list[tuple[str, str]] = []
+    if call.exit_code is None:
+        return [("call-timed-out", f"no answer within {CALL_TIMEOUT:.0f} s")]
+    out = call.stdout
+    if TRACEBACK.encode() in out:
+        devs.append(("traceback-on-stdout", call.brief()))
+    doc: Any = None
+    if out.strip():
+        doc = call.doc
+        if not isinstance(doc, dict):
+            devs.append(("stdout-not-one-json-object", call.brief()))
+            return devs
+    is_error = isinstance(doc, dict) and "code" in doc
+    if call.exit_code == 0:
+        if is_error:
+            devs.append(("exit-0-with-error-object", call.brief()))
+        elif verb == "ADD":
+            devs += _check_result(doc, stdin, call)
+        elif verb == "VERSION":
+            if not (isinstance(doc, dict) and isinstance(doc.get("cniVersion"), str)
+                    and isinstance(doc.get("supportedVersions"), list)):
+                devs.append(("version-answer-invalid", call.brief()))
+        elif verb == "unknown":
+            devs.append(("unknown-command-succeeded", call.brief()))
+        elif out.strip():  # DEL, CHECK, GC, STATUS, about
+            devs.append((f"{verb.lower()}-printed-on-success", call.brief()))
+        return devs
+    code = doc.get("code") if is_error else None
+    if not (is_error and type(code) is int and code > 0 and isinstance(doc.get("msg"), str)):
+        devs.append(("error-without-error-object", call.brief()))
+        return devs
+    msg = doc["msg"]
+    if code == 11 and "ended without answering in the cni-skel worker" in msg:
+        devs.append(("worker-child-crashed", call.brief()))
+    elif code == 11 and "cni-skel worker" in msg:
+        devs.append(("worker-did-not-serve", call.brief()))
+    elif TRACEBACK in call.stderr:
+        last = call.stderr.strip().splitlines()[-1]
+        devs.append((f"uncaught-exception-{code}", f"{call.brief()}; {last[:300]}"))
+    if verb == "unknown" and code != 4:
+        devs.append(("unknown-command-not-code-4", call.brief()))
+    return devs
+
+
+def _check_result(doc: Any, stdin: bytes, call: Call) -> list[tuple[str, str]]:
+    if not isinstance(doc, dict):
+        return [("add-success-without-result", call.brief())]
+    want = config_version(stdin)
+    try:
+        parse_result(doc, want)
+    except Exception as exc:
+        return [("add-result-invalid", f"{call.brief()}: {exc}")]
+    if want is not None and doc.get("cniVersion") != want:
+        return [("add-result-wrong-version", f"config {want}, result {doc.get('cniVersion')}")]
+    return []
+
+
+# --- deviations -------------------------------------------------------------------------
+
+
+def _abbrev(data: bytes, limit: int = 700) -> str:
+    text = data.decode("utf-8", "backslashreplace")
+    text = re.sub(r"(.)\1{49,}", lambda m: f"<{len(m.group(0))} x {m.group(1)!r}>", text,
+                  flags=re.S)
+    return text if len(text) <= limit else text[:limit] + f"... <{len(data)} bytes in all>"
+
+
+@dataclass
+class Deviation:
+    """One broken rule, with the input that broke it (resolved: real paths)."""
+
+    cls: str
+    detail: str
+    plugin: str
+    verb: str
+    mode: str
+    notes: list[str]
+    env: dict[bytes, bytes]
+    stdin: bytes
+    setup: bool
+
+    @property
+    def size(self) -> int:
+        return len(self.stdin) + sum(len(v) for v in self.env.values())
+
+    def render(self) -> str:
+        env = " ".join(f"{k.decode()}={_abbrev(v, 200)!r}" for k, v in self.env.items()
+                       if k.startswith(b"CNI_") and k != b"CNI_SKEL_WORKER_REQUIRED")
+        return "\n".join([
+            f"[{self.mode}] {self.plugin} {self.verb}: {self.cls}",
+            f"    {self.detail[:1500]}",
+            f"    broken: {', '.join(self.notes) or 'nothing (a valid input)'}"
+            + ("; after a valid setup ADD" if self.setup else ""),
+            f"    env: {env}",
+            f"    stdin ({len(self.stdin)} bytes): {_abbrev(self.stdin)}",
+            f"    run as: ip netns exec <node netns> <bin dir>/{self.plugin} (mode {self.mode}),"
+            " CNI_NETNS a pod netns",
+        ])
+
+
+# --- the rig ------------------------------------------------------------------------------
+
+
+@dataclass
+class Rig:
+    """One node + pod namespace pair, the dataDirs, and the bookkeeping of
+    one test function."""
+
+    plugin: str
+    verb: str
+    mode: str
+    bin_dir: str
+    root: str
+    worker: Any = None
+    seed: int | None = None
+    node: TestNetNS | None = None
+    pod: TestNetNS | None = None
+    observer: snapshot.Observer | None = None
+    baseline: snapshot.Snapshot = field(default_factory=dict)
+    inputs: int = 0
+    calls: int = 0
+    resets: int = 0
+    worker_deaths: int = 0
+    seconds: float = 0.0
+    started: float = 0.0
+    last: Deviation | None = None  # the last input, for a late worker death
+    codes: dict[str, int] = field(default_factory=dict)
+    by_class: dict[str, list] = field(default_factory=dict)  # cls -> [count, smallest]
+    _ids: Any = field(default_factory=itertools.count)
+
+    # -- set-up ------------------------------------------------------------------------
+
+    @property
+    def exe(self) -> str:
+        return os.path.join(self.bin_dir, self.plugin)
+
+    @property
+    def data(self) -> str:
+        return os.path.join(self.root, "data")
+
+    def tokens(self, cid: str) -> dict[str, str]:
+        assert self.pod is not None
+        return {S.POD: self.pod.path, S.NOTNS: os.path.join(self.root, "not-a-netns"),
+                S.BIN: self.bin_dir, S.DATA: os.path.join(self.data, "ipam"),
+                S.TUNING: os.path.join(self.data, "tuning"),
+                S.RESOLV: os.path.join(self.root, "resolv.conf"), S.CID: cid}
+
+    def start(self) -> None:
+        self.started = time.monotonic()
+        os.makedirs(self.data, exist_ok=True)
+        with open(os.path.join(self.root, "resolv.conf"), "w") as fp:
+            fp.write(RESOLV_CONF)
+        with open(os.path.join(self.root, "not-a-netns"), "w") as fp:
+            fp.write("a regular file\n")
+        self._fresh()
+
+    def _fresh(self) -> None:
+        """New namespaces, empty dataDirs, primed, baseline taken."""
+        self._drop_namespaces()
+        shutil.rmtree(self.data, ignore_errors=True)
+        os.makedirs(self.data)
+        self.node, self.pod = create_netns("cnsk-fzn"), create_netns("cnsk-fzp")
+        if self.plugin == "portmap":
+            with NetNS.open(self.node.path) as ns, ns.iproute() as ipr:
+                _link(ipr, S.PM_LINK, S.PM_NODE)
+        with NetNS.open(self.pod.path) as ns, ns.iproute() as ipr:
+            if self.plugin == "tuning":
+                _link(ipr, "eth0", ())
+            if self.plugin == "loopback":
+                # lo keeps 127.0.0.1 once it has been up: as after a loopback ADD and DEL.
+                for state in ("up", "down"):
+                    ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state=state)
+        self.observer = snapshot.Observer({"node": self.node.path, "pod": self.pod.path},
+                                          [self.data], {"node": NODE_SYSCTLS, "pod": POD_SYSCTLS})
+        # The network's lasting infrastructure (bridge, nftables layout) is
+        # made by the first ADD; a node has it before the pods that matter.
+        for verb in ("ADD", "DEL") if self.plugin in ("bridge", "portmap") else ():
+            call = self.call(self.valid_env(verb, "fzprime"), self.valid_stdin("fzprime"))
+            devs = contract(call, verb, b"")
+            if call.exit_code != 0 or devs:
+                raise AssertionError(f"priming {self.plugin} with a valid {verb} failed "
+                                     f"[{self.mode}]: {call.brief()}; {devs}")
+        self.baseline = self.snap()
+
+    def _drop_namespaces(self) -> None:
+        if self.observer is not None:
+            self.observer.close()
+            self.observer = None
+        for ns in (self.pod, self.node):
+            if ns is not None:
+                remove_netns(ns)
+        self.node = self.pod = None
+
+    def close(self) -> None:
+        self._drop_namespaces()
+        self.seconds = time.monotonic() - self.started if self.started else 0.0
+
+    # -- calls ---------------------------------------------------------------------------
+
+    def resolve(self, data: bytes, cid: str, prev: Any = None) -> bytes:
+        data = data.replace(json.dumps(S.PREV).encode(), json.dumps(prev).encode())
+        for tok, real in self.tokens(cid).items():
+            data = data.replace(tok.encode(), real.encode())
+        return data
+
+    def env(self, values: dict[str, str | bytes], cid: str) -> dict[bytes, bytes]:
+        env = {b"PATH": os.environb.get(b"PATH", b"/usr/sbin:/usr/bin:/sbin:/bin")}
+        if os.environ.get(launcher.REQUIRED_ENV):  # warm mode: no quiet one-shot fallback
+            env[launcher.REQUIRED_ENV.encode()] = os.environ[launcher.REQUIRED_ENV].encode()
+        for key, value in values.items():
+            env[key.encode()] = self.resolve(value.encode() if isinstance(value, str) else value,
+                                             cid)
+        return env
+
+    def valid_env(self, verb: str, cid: str) -> dict[bytes, bytes]:
+        return self.env({"CNI_COMMAND": verb, "CNI_CONTAINERID": cid, "CNI_NETNS": S.POD,
+                         "CNI_IFNAME": "eth0", "CNI_ARGS": "", "CNI_PATH": S.BIN}, cid)
+
+    def valid_stdin(self, cid: str) -> bytes:
+        return self.resolve(json.dumps(S.base_config(self.plugin)).encode(), cid)
+
+    def call(self, env: dict[bytes, bytes], stdin: bytes) -> Call:
+        assert self.node is not None
+        start = time.monotonic()
+        self.calls += 1
+        try:
+            proc = subprocess.run([IP, "netns", "exec", self.node.name, self.exe], input=stdin,
+                                  env=env, capture_output=True, timeout=CALL_TIMEOUT,
+                                  check=False)
+        except subprocess.TimeoutExpired as exc:
+            self._count("timeout")
+            return Call(None, exc.stdout or b"", (exc.stderr or b"").decode("utf-8", "replace"),
+                        time.monotonic() - start)
+        call = Call(proc.returncode, proc.stdout, proc.stderr.decode("utf-8", "replace"),
+                    time.monotonic() - start)
+        doc = call.doc
+        if proc.returncode == 0:
+            self._count("ok")
+        elif isinstance(doc, dict) and "code" in doc:
+            self._count(f"code {doc['code']}")
+        else:
+            self._count(f"exit {proc.returncode} without an Error")
+        return call
+
+    def _count(self, key: str) -> None:
+        self.codes[key] = self.codes.get(key, 0) + 1
+
+    def snap(self) -> snapshot.Snapshot:
+        assert self.observer is not None
+        return self.observer.take()
+
+    def worker_problem(self) -> str | None:
+        if self.worker is None:
+            return None
+        if not self.worker.alive():
+            return f"the suite's worker exited (status {self.worker.proc.returncode})"
+        ok, why = launcher.ping(self.worker.sock, 10.0)
+        if not ok:
+            return f"the suite's worker does not answer ping: {why}"
+        if f" pid {self.worker.proc.pid} " not in why:
+            return f"another process answers on the worker's socket: {why}"
+        return None
+
+    # -- one example ---------------------------------------------------------------------
+
+    def run(self, case: S.Case) -> None:
+        if self.worker_deaths or self.check_worker("noticed before the next input"):
+            return  # every call would be answered 11 now; the death is reported
+        self.inputs += 1
+        cid = f"fz{next(self._ids):05d}"
+        found: list[tuple[str, str]] = []
+        setup_result = None
+        valid_stdin = self.valid_stdin(cid)
+        if case.setup:
+            call = self.call(self.valid_env("ADD", cid), valid_stdin)
+            found += contract(call, "ADD", valid_stdin)
+            if call.exit_code == 0 and isinstance(call.doc, dict):
+                setup_result = call.doc
+            else:
+                found.append(("setup-add-failed", call.brief()))
+        before = self.snap() if case.setup else self.baseline
+        env = self.env(case.env, cid)
+        stdin = self.resolve(case.stdin(), cid, setup_result)
+        verb = actual_verb(env)
+        call = self.call(env, stdin)
+        found += contract(call, verb, stdin)
+        after = self.snap()
+        state: list[tuple[str, str]] = []
+        if verb == "ADD" and call.exit_code == 0:
+            undo = self.call({**env, b"CNI_COMMAND": b"DEL"}, stdin)
+            found += contract(undo, "DEL", stdin)
+            if undo.exit_code != 0:
+                found.append(("del-after-successful-add-failed", undo.brief()))
+            changes = snapshot.diff(before, self.snap())
+            if changes:
+                state.append(("add-then-del-left-state", "; ".join(changes)))
+        elif verb == "ADD":
+            changes = snapshot.diff(before, after)
+            if changes:
+                state.append(("failed-add-left-state", f"{call.brief()}; left: "
+                              + "; ".join(changes)))
+        elif verb in ("CHECK", "STATUS", "VERSION", "about", "unknown"):
+            changes = snapshot.diff(before, after)
+            if changes:
+                state.append((f"{verb.lower()}-changed-state", "; ".join(changes)))
+        if setup_result is not None:
+            cleanup = self.call(self.valid_env("DEL", cid), valid_stdin)
+            found += contract(cleanup, "DEL", valid_stdin)
+            if cleanup.exit_code != 0:
+                found.append(("setup-del-failed", cleanup.brief()))
+        final = self.snap()
+        changes = snapshot.diff(self.baseline, final)
+        # GC told that the setup's attachment is gone may release what DEL
+        # needs to restore the pod's own settings: a runtime has destroyed
+        # that sandbox by then. The node and the files must still be clean.
+        shown = snapshot.diff(self.baseline, final, _node_side) if verb == "GC" and case.setup \
+            else changes
+        if shown and not state:
+            state.append(("state-left-behind", "; ".join(shown)))
+        self.last = Deviation("", "", self.plugin, self.verb, self.mode, case.notes,
+                              {k: v for k, v in env.items() if k.startswith(b"CNI_")}, stdin,
+                              case.setup)
+        for cls, detail in found + state:
+            self._record(dataclasses.replace(self.last, cls=cls, detail=detail))
+        if not self.check_worker() and changes:
+            self.resets += 1
+            self._fresh()
+
+    def check_worker(self, when: str = "") -> bool:
+        """Record a ``worker-died`` deviation against the last input when the
+        suite's worker is gone. The worker's parent may die a moment after
+        the child answered (it reads the request's details asynchronously),
+        so this also runs before the next input and at the end."""
+        problem = self.worker_problem() if not self.worker_deaths else None
+        if problem is None:
+            return bool(self.worker_deaths)
+        self.worker_deaths += 1
+        if self.last is not None:
+            self._record(dataclasses.replace(self.last, cls="worker-died",
+                                             detail=f"{problem}{f' ({when})' if when else ''}"))
+        return True
+
+    def _record(self, dev: Deviation) -> None:
+        entry = self.by_class.setdefault(dev.cls, [0, dev])
+        entry[0] += 1
+        if dev.size < entry[1].size:
+            entry[1] = dev
+
+    def report(self) -> str:
+        total = sum(n for n, _ in self.by_class.values())
+        head = (f"{total} contract deviation(s) in {len(self.by_class)} class(es) over "
+                f"{self.inputs} input(s), {self.calls} call(s)"
+                + (f", seed {self.seed}" if self.seed is not None else "") + ":")
+        parts = [head]
+        for cls, (count, dev) in sorted(self.by_class.items()):
+            parts.append(f"--- {cls}: {count}x; smallest input:\n{dev.render()}")
+        return "\n".join(parts)
+
+
+def _node_side(key: tuple, old: Any, new: Any, before: snapshot.Snapshot,
+               after: snapshot.Snapshot) -> bool:
+    """`snapshot.is_infra`, and the pod namespace is left out."""
+    if key[0] != "file" and key[1] == "pod":
+        return True
+    return snapshot.is_infra(key, old, new, before, after)
+
+
+def _link(ipr: Any, name: str, addresses: tuple[str, ...]) -> None:
+    """A veth pair ``name`` / ``name`` + "p" in one namespace, both up (a
+    plain link to carry addresses; not every kernel has dummy links)."""
+    ipr.link("add", ifname=name, kind="veth", peer=f"{name}p")
+    index = ipr.link_lookup(ifname=name)[0]
+    for cidr in addresses:
+        ip, prefix = cidr.split("/")
+        ipr.addr("add", index=index, address=ip, prefixlen=int(prefix))
+    for link in (name, f"{name}p"):
+        ipr.link("set", index=ipr.link_lookup(ifname=link)[0], state="up")
+
+
+# --- the tests ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("verb", S.VERBS)
+@pytest.mark.parametrize("plugin", S.PLUGINS)
+def test_contract_holds_under_fuzzed_input(plugin: str, verb: str, cni_bin: str,
+                                           cni_mode: str, request: pytest.FixtureRequest,
+                                           tmp_path: Any, fuzz_totals: Any) -> None:
+    per_test, seed = budget()
+    worker = request.getfixturevalue("cni_worker") if cni_mode == "warm" else None
+    rig = Rig(plugin, verb, cni_mode, cni_bin, str(tmp_path), worker, seed)
+
+    @settings(max_examples=per_test, deadline=None, derandomize=seed is None, database=None,
+              phases=[Phase.generate], print_blob=False, suppress_health_check=list(HealthCheck))
+    @given(case=S.cases(plugin, verb))
+    def run(case: S.Case) -> None:
+        rig.run(case)
+
+    if seed is not None:
+        run = hypothesis.seed(seed)(run)
+    try:
+        if worker is not None:
+            problem = rig.worker_problem()
+            assert problem is None, f"before the first input: {problem} (it died in an " \
+                "earlier test: see the worker-died deviation there)"
+        rig.start()
+        run()
+        if worker is not None:
+            time.sleep(0.5)  # a late death still belongs to this test's inputs
+            rig.check_worker("noticed after the last input")
+    finally:
+        rig.close()
+        fuzz_totals.add(rig)
+    if rig.by_class:
+        pytest.fail(rig.report(), pytrace=False)
