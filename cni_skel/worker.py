@@ -645,13 +645,13 @@ class Worker:
                 for v in ("request", cid, cmd, ref, version)))
 
         # Who is calling decides before anything of the request is acted on.
-        why = self._check_caller(peer_pid)
-        if why:
-            why += "; the launcher runs it one-shot, with the caller's own privileges"
+        try:
+            own, peer = _caller_caps(peer_pid)
+        except _Refused as exc:
+            why = f"{exc}; the launcher runs it one-shot, with the caller's own privileges"
             _log(self.log_fd, cid, f"{cmd} {ref[:_FIELD_MAX]}: refused, {why}")
             _reply(conn, proto.ST_REFUSED, 0, why.encode())
             return _ANSWERED
-        own, peer = self._caps_pair
         plugin = self.plugins.get(ref)
         if plugin is None:
             why = (f"plugin {ref[:_FIELD_MAX]!r} is not served by this worker (serving: "
@@ -681,24 +681,6 @@ class Worker:
                                f"{(time.monotonic() - start) * 1e3:.1f} ms")
         return _ANSWERED
 
-    def _check_caller(self, peer_pid: int) -> str:
-        """Why the caller (``peer_pid``, root by SO_PEERCRED) is not served
-        here, or "" (then its and our capability sets are in
-        ``self._caps_pair``): we cannot read its capabilities, it lacks
-        `REQUIRED_CAPS`, or it holds capabilities we lack."""
-        try:
-            own, peer = _caps("self"), _caps(peer_pid)
-        except (OSError, ValueError) as exc:
-            return f"cannot read the caller's capabilities (pid {peer_pid}): {exc}"
-        missing = [name for bit, name in REQUIRED_CAPS.items() if not peer["CapEff"] >> bit & 1]
-        if missing:
-            return f"the caller (pid {peer_pid}) lacks {' and '.join(missing)}"
-        beyond = _caps_beyond(peer, own)
-        if beyond:
-            return f"the caller holds capabilities this worker lacks ({beyond})"
-        self._caps_pair = (own, peer)
-        return ""
-
     def _delegate_here(self, cid: str, path: str, env: Any, stdin: bytes,
                        stderr: Any) -> tuple[bytes, int] | None:
         """Run a delegated plugin (IPAM) in this child when ``path`` is a
@@ -726,6 +708,29 @@ class Worker:
         _log(self.log_fd, cid, f"{cmd} {info['ref']} exit {code}{_error_code(out, code)} "
                                f"{(time.monotonic() - start) * 1e3:.1f} ms (delegated, in-process)")
         return out, code
+
+
+class _Refused(Exception):
+    """The caller is not served by the worker (the message says why)."""
+
+
+def _caller_caps(peer_pid: int) -> tuple[dict[str, int], dict[str, int]]:
+    """Our and the caller's capability sets (``peer_pid``: root by
+    SO_PEERCRED), when the caller may be served. Raises `_Refused` when we
+    cannot read its sets, it lacks `REQUIRED_CAPS`, or it holds
+    capabilities we lack."""
+    try:
+        own, peer = _caps("self"), _caps(peer_pid)
+    except (OSError, ValueError) as exc:
+        raise _Refused(f"cannot read the caller's capabilities (pid {peer_pid}): {exc}") \
+            from None
+    missing = [name for bit, name in REQUIRED_CAPS.items() if not peer["CapEff"] >> bit & 1]
+    if missing:
+        raise _Refused(f"the caller (pid {peer_pid}) lacks {' and '.join(missing)}")
+    beyond = _caps_beyond(peer, own)
+    if beyond:
+        raise _Refused(f"the caller holds capabilities this worker lacks ({beyond})")
+    return own, peer
 
 
 def _reply(conn: socket.socket, status: int, exit_code: int, out: bytes) -> None:
