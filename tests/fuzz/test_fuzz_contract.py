@@ -457,10 +457,15 @@ class Rig:
                 found.append(("setup-del-failed", cleanup.brief()))
         final = self.snap()
         changes = snapshot.diff(self.baseline, final)
-        # GC told that the setup's attachment is gone may release what DEL
-        # needs to restore the pod's own settings: a runtime has destroyed
-        # that sandbox by then. The node and the files must still be clean.
-        shown = snapshot.diff(self.baseline, final, _node_side) if verb == "GC" and case.setup \
+        # GC told that the setup's attachment is gone, or a DEL told that its
+        # netns is (a CNI_NETNS naming no file), may release what the setup's
+        # DEL needs to restore the pod's own settings: a runtime has destroyed
+        # that sandbox by then (tuning drops its saved values then, so that
+        # nothing leaks when pods die). The node and the files must still be
+        # clean.
+        sandbox_gone = verb == "GC" or (
+            verb == "DEL" and not os.path.exists(os.fsdecode(env.get(b"CNI_NETNS") or b"/")))
+        shown = snapshot.diff(self.baseline, final, _node_side) if sandbox_gone and case.setup \
             else changes
         if shown and not state:
             state.append(("state-left-behind", "; ".join(shown)))
