@@ -137,7 +137,7 @@ class WarmMode(OneShotMode):
     def install(self, work_dir: str) -> None:
         from cni_skel.cli import write_executable
 
-        if importlib.util.find_spec("cni_skel.worker") is None or \
+        if importlib.util.find_spec("cni_skel.warm.server") is None or \
                 "worker_socket" not in inspect.signature(write_executable).parameters:
             raise ModeUnavailable("warm mode needs cni_skel/worker.py and launchers "
                                   "(write_executable(worker_socket=...))")

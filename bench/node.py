@@ -100,12 +100,12 @@ def do_exec(req: dict, spawn: str | None) -> dict:
 
 
 def do_dispatch(req: dict) -> dict:
-    from cni_skel.skel import _resolve, dispatch
+    from cni_skel.skel import dispatch, resolve_ref
 
     ref = req["ref"]
     cls = _plugins.get(ref)
     if cls is None:
-        cls = _plugins[ref] = _resolve(ref)
+        cls = _plugins[ref] = resolve_ref(ref)
     err = io.StringIO()
     data = req.get("stdin", "").encode()
     th0 = resource.getrusage(resource.RUSAGE_THREAD)

@@ -477,7 +477,7 @@ class Bench:
 
     def traced_argv(self, exe: str) -> list[str]:
         """``exe``'s Python command line plus ``-X importtime``."""
-        from cni_skel.install import python_argv
+        from cni_skel.warm.install import python_argv
 
         return python_argv(exe, ("-X", "importtime"))
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import click
 
-from .install import (
+from .warm.install import (
     DEFAULT_WORKER_SOCKET,
     LAUNCHERS,
     launcher_info,
@@ -122,7 +122,7 @@ def worker(socket_path: str, check: bool, preload: tuple[str, ...],
     CAP_NET_ADMIN and CAP_SYS_ADMIN are served, and only the registered plugins and those
     given with --preload (import path: PYTHONPATH). Without a worker the launchers run
     the plugins themselves (one-shot)."""
-    from . import worker as worker_mod
+    from .warm import server as worker_mod
 
     if check:
         ok, text = worker_mod.check(socket_path)
@@ -706,7 +706,7 @@ def _check_plugin_config(runtime: Any, registry: dict[str, str], plugin_type: st
                          stdin: bytes, offline: bool) -> tuple[str, str, Any]:
     """Run ``plugin_type``'s own ADD config checks on ``stdin`` in-process:
     what `cni_skel.skel.dispatch` does before the handler (version support,
-    CNI_ARGS model, `_load_config` with the plugin's config model), then
+    CNI_ARGS model, `load_config` with the plugin's config model), then
     `Plugin.validate_config`. Nothing is created or written.
 
     Returns ``("ok", ref, None)``, ``("invalid", "", CNIError)`` (the error
@@ -716,7 +716,7 @@ def _check_plugin_config(runtime: Any, registry: dict[str, str], plugin_type: st
     """
     from .env import CmdArgs
     from .errors import ERR_INTERNAL, CNIError
-    from .skel import _resolve
+    from .skel import resolve_ref
 
     if offline:
         ref, pythonpath = registry.get(plugin_type), []
@@ -737,7 +737,7 @@ def _check_plugin_config(runtime: Any, registry: dict[str, str], plugin_type: st
     sys.path[:0] = pythonpath
     try:
         try:
-            plugin = _resolve(ref)
+            plugin = resolve_ref(ref)
         except Exception as exc:
             return "unchecked", f"cannot import {ref} here: {exc}", None
         env = {**os.environ, "CNI_COMMAND": "ADD", "CNI_CONTAINERID": _VALIDATE_CONTAINER_ID,
@@ -758,14 +758,14 @@ def _check_plugin_config(runtime: Any, registry: dict[str, str], plugin_type: st
 
 def _run_config_checks(plugin: Any, args: Any) -> None:
     from .args import load_args
-    from .skel import _load_config, _resolve
+    from .skel import load_config, resolve_ref
     from .version import check_supported, config_version
 
     raw = json.loads(args.stdin_data)
     check_supported(config_version(raw), plugin.supported_versions)
     if plugin.args_model is not None:
-        args = args.replace(cni_args=load_args(args.args, _resolve(plugin.args_model)))
-    conf = _load_config(plugin, raw)
+        args = args.replace(cni_args=load_args(args.args, resolve_ref(plugin.args_model)))
+    conf = load_config(plugin, raw)
     plugin().validate_config(args, conf)
 
 
@@ -775,7 +775,7 @@ def _plugin_ref(path: str) -> tuple[str, list[str]] | None:
     import ast
     import re
 
-    from .install import MARKER
+    from .warm.install import MARKER
 
     info = launcher_info(path)
     if info is not None:

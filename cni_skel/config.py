@@ -8,6 +8,8 @@ case-insensitively and unknown keys are kept and ignored.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, ValidationError, field_validator
@@ -15,12 +17,13 @@ from pydantic_core import PydanticCustomError
 
 from .errors import ERR_INVALID_NETWORK_CONFIG, ERR_UNSUPPORTED_FIELD, CNIError
 from .model import CNIModel
+from .nft import attachment_tag
 from .types import DNS, Result, parse_result
 
 __all__ = [
+    "GCAttachment",
     "IPAMConf",
     "NetConf",
-    "ValidAttachment",
     "config_error",
     "unsupported",
 ]
@@ -32,19 +35,52 @@ class IPAMConf(CNIModel):
     type: str = ""
 
 
-class ValidAttachment(CNIModel):
-    """One entry of ``cni.dev/valid-attachments`` (GC)."""
+@dataclass(frozen=True)
+class GCAttachment:
+    """An attachment still in use (Go ``types.GCAttachment``): one entry of
+    ``cni.dev/valid-attachments`` in a GC config, and what
+    `cni_skel.runtime.Runtime.gc` is told to keep. Hashable: GC compares sets.
+    """
 
-    container_id: str = Field(alias="containerID")
+    container_id: str
     ifname: str
 
+    def to_dict(self) -> dict[str, str]:
+        """The spec's ``{"containerID": ..., "ifname": ...}``."""
+        return {"containerID": self.container_id, "ifname": self.ifname}
 
-def _null_to_list(value: Any) -> Any:
+    @classmethod
+    def from_value(cls, value: Any) -> GCAttachment:
+        """From a `GCAttachment`, a ``(container_id, ifname)`` pair or the
+        spec's object (keys matched case-insensitively, as Go's JSON does).
+
+        Raises:
+            ValueError: anything else (a config model turns it into code 7).
+        """
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, Mapping):
+            folded = {str(k).lower(): v for k, v in value.items()}
+            cid, ifname = folded.get("containerid"), folded.get("ifname")
+        elif isinstance(value, (tuple, list)) and len(value) == 2:
+            cid, ifname = value
+        else:
+            raise ValueError("an attachment is an object with containerID and ifname")
+        if not isinstance(cid, str) or not isinstance(ifname, str):
+            raise ValueError("containerID and ifname must be strings")
+        return cls(cid, ifname)
+
+
+def _attachment_list(value: Any) -> Any:
     # libcni sends Go's nil slice as null: an explicit null means "none".
-    return [] if value is None else value
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError("expected a list of attachments")
+    return [GCAttachment.from_value(item) for item in value]
 
 
-_Attachments = Annotated[list[ValidAttachment] | None, BeforeValidator(_null_to_list)]
+_Attachments = Annotated[list[GCAttachment] | None, BeforeValidator(_attachment_list)]
 
 
 class NetConf(CNIModel):
@@ -80,7 +116,7 @@ class NetConf(CNIModel):
             # Not a ValueError: pydantic lets it through with its own code.
             raise CNIError(exc.code, f"invalid prevResult: {exc.msg}", exc.details) from None
 
-    def attachment_list(self) -> list[ValidAttachment] | None:
+    def attachment_list(self) -> list[GCAttachment] | None:
         """The attachments GC must keep: ``cni.dev/valid-attachments``, else
         libcni's ``cni.dev/attachments`` (an early spelling it still sends),
         else None (no list: a plugin should release nothing). An explicit
@@ -88,6 +124,26 @@ class NetConf(CNIModel):
         if self.valid_attachments is not None:
             return self.valid_attachments
         return self.attachments
+
+    def gc_keep(self) -> list[GCAttachment]:
+        """The one GC rule every plugin follows: the attachments to keep
+        (`attachment_list`); everything of this network not among them may
+        be released.
+
+        Raises:
+            CNIError: code 7 when the config carries no list at all: a GC
+                without one releases nothing rather than everything.
+        """
+        keep = self.attachment_list()
+        if keep is None:
+            raise CNIError(ERR_INVALID_NETWORK_CONFIG, "GC needs cni.dev/valid-attachments",
+                           "without the list of valid attachments nothing is released")
+        return keep
+
+    def gc_keep_tags(self) -> set[str]:
+        """`gc_keep` as nftables attachment tags (`cni_skel.nft.attachment_tag`),
+        for plugins whose entries carry them. Raises as `gc_keep`."""
+        return {attachment_tag(a.container_id, a.ifname) for a in self.gc_keep()}
 
 
 def unsupported(key: str, value: Any, why: str = "") -> PydanticCustomError:

@@ -87,14 +87,18 @@ class CmdArgs:
             plugins inherit it with CNI_COMMAND replaced.
         cni_args: CNI_ARGS parsed into the plugin's ``args_model`` (None when
             the plugin declares none).
+        exec: the `cni_skel.invoke.Exec` delegated plugins run through (Go
+            ``invoke.Exec``); None means `cni_skel.invoke.DEFAULT_EXEC`
+            (each delegate its own process). Set by ``dispatch(exec=...)``.
     """
 
-    __slots__ = ("args", "cni_args", "command", "container_id", "env", "ifname", "netns", "path",
-                 "stdin_data")
+    __slots__ = ("args", "cni_args", "command", "container_id", "env", "exec", "ifname", "netns",
+                 "path", "stdin_data")
 
     def __init__(self, command: str, container_id: str = "", netns: str = "", ifname: str = "",
                  args: str = "", path: str = "", stdin_data: bytes = b"",
-                 env: Mapping[str, str] | None = None, cni_args: Any = None) -> None:
+                 env: Mapping[str, str] | None = None, cni_args: Any = None,
+                 exec: Any = None) -> None:
         # A plain class, not a dataclass: importing dataclasses costs ~5 ms
         # on every VERSION call.
         self.command = command
@@ -106,6 +110,7 @@ class CmdArgs:
         self.stdin_data = stdin_data
         self.env = env if env is not None else {}
         self.cni_args = cni_args
+        self.exec = exec
 
     def replace(self, **changes: Any) -> CmdArgs:
         """A copy with some attributes changed."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import CNIError
-from .launcher import DEFAULT_SOCKET, REQUIRED_ENV
+from .warm.client import DEFAULT_SOCKET, REQUIRED_ENV
 
 __all__ = [
     "PluginRun",
@@ -186,7 +186,7 @@ def run_plugin_raw(executable: str, command: str, config: Mapping[str, Any] | by
     ``cni_path`` defaults to the executable's directory. ``env`` adds
     variables (``replace_env=True``: use exactly ``env``, no CNI_* added).
     As a runtime passes its own environment on, ``CNI_SKEL_WORKER_REQUIRED``
-    (launchers must be served by the worker, see `cni_skel.launcher`) is
+    (launchers must be served by the worker, see `cni_skel.warm.client`) is
     passed through from this process's environment when set (not with
     ``replace_env``).
 

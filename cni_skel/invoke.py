@@ -6,6 +6,11 @@ whole config we received on stdin; its stderr passes through to ours; its
 Error object comes back as a `CNIError` with code, msg and details intact.
 An ADD that fails after a successful IPAM ADD must run IPAM DEL
 (`ipam_add_guard`).
+
+How a delegate is found and run is an `Exec` (Go ``invoke.Exec``, libcni's
+``CNIConfig{exec}``): `SubprocessExec` by default; the warm worker passes its
+own into `cni_skel.skel.dispatch`, which carries it on `CmdArgs.exec`, so a
+delegate it serves itself runs without a new process. Tests may pass a fake.
 """
 
 from __future__ import annotations
@@ -16,9 +21,9 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from .env import CmdArgs
 from .errors import (
@@ -31,7 +36,10 @@ from .errors import (
 )
 
 __all__ = [
+    "DEFAULT_EXEC",
     "DEFAULT_TIMEOUT",
+    "Exec",
+    "SubprocessExec",
     "delegate_add",
     "delegate_check",
     "delegate_del",
@@ -41,7 +49,7 @@ __all__ = [
     "find_plugin",
     "get_version_info",
     "ipam_add_guard",
-    "set_in_process_runner",
+    "plugin_outcome",
 ]
 
 #: Seconds a delegated plugin may run before it is killed (code 11 then).
@@ -92,13 +100,6 @@ def exec_plugin(plugin_path: str, command: str, stdin_data: bytes, env: Mapping[
     if extra_env:
         child_env.update(extra_env)
     name = os.path.basename(plugin_path)
-    if _in_process_runner is not None:
-        import io
-
-        captured = io.StringIO()
-        done = _in_process_runner(plugin_path, child_env, stdin_data, captured)
-        if done is not None:
-            return _outcome(name, done[1], done[0], captured.getvalue().encode(), stderr)
     limit = DEFAULT_TIMEOUT if timeout is None else timeout
     for attempt in range(_ETXTBSY_RETRIES + 1):
         try:
@@ -115,12 +116,21 @@ def exec_plugin(plugin_path: str, command: str, stdin_data: bytes, env: Mapping[
                 continue
             raise CNIError(ERR_INTERNAL, f'failed to run plugin "{name}": {exc.strerror}',
                            plugin_path) from None
-    return _outcome(name, proc.returncode, proc.stdout, proc.stderr, stderr)
+    return plugin_outcome(name, proc.returncode, proc.stdout, proc.stderr, stderr)
 
 
-def _outcome(name: str, returncode: int, out: bytes, err: bytes,
-             sink: IO[str] | None) -> bytes:
-    # A finished plugin run: its stdout, or its error as a CNIError.
+def plugin_outcome(name: str, returncode: int, out: bytes, err: bytes,
+                   sink: IO[str] | None = None) -> bytes:
+    """Judge a finished plugin run as libcni does: its stdout when it exited
+    0; else its Error object as a `CNIError` (``err`` attached as stderr).
+    ``err`` (its stderr bytes) is passed on to ``sink`` (default sys.stderr).
+    An `Exec` that runs a plugin without a process uses this too, so its
+    answers are judged byte for byte like an exec'd plugin's.
+
+    Raises:
+        CNIError: the plugin's Error object; code 999 when it exited non-zero
+            without one.
+    """
     err_text = err.decode("utf-8", "replace")
     _pass_stderr(err, sink)
     if returncode == 0:
@@ -137,27 +147,6 @@ def _outcome(name: str, returncode: int, out: bytes, err: bytes,
                    stderr=err_text)
 
 
-#: (plugin_path, env, stdin, stderr) -> (stdout, exit code), or None to exec
-#: the file as usual; see `set_in_process_runner`.
-InProcessRunner = Callable[[str, Mapping[str, str], bytes, IO[str]], "tuple[bytes, int] | None"]
-_in_process_runner: InProcessRunner | None = None
-
-
-def set_in_process_runner(runner: InProcessRunner | None) -> None:
-    """Let ``runner`` serve `exec_plugin` calls without a new process.
-
-    For `cni_skel.worker`: a warm worker's child runs a delegated plugin
-    (bridge's host-local) in-process when the executable found in CNI_PATH is
-    a launcher that would hand the call to that same worker anyway. The
-    runner gets the delegate's full environment (CNI_COMMAND set) and stdin
-    and writes the delegate's diagnostics to the given stream; its answer is
-    judged exactly as an exec'd plugin's (exit code, Error object). None
-    (default) turns it off.
-    """
-    global _in_process_runner
-    _in_process_runner = runner
-
-
 def _pass_stderr(data: bytes | None, sink: IO[str] | None) -> None:
     if data:
         out = sink if sink is not None else sys.stderr
@@ -165,10 +154,45 @@ def _pass_stderr(data: bytes | None, sink: IO[str] | None) -> None:
         out.flush()
 
 
+class Exec(Protocol):
+    """How a plugin executable is found and run (Go ``invoke.Exec``).
+
+    Carried on `CmdArgs.exec` (None there means `DEFAULT_EXEC`) and used by
+    every ``delegate_*``; `cni_skel.runtime.Runtime` takes one too.
+    """
+
+    def find(self, plugin_type: str, paths: Sequence[str] | str) -> str:
+        """Absolute path of ``plugin_type`` in ``paths`` (see `find_plugin`)."""
+        ...
+
+    def run(self, plugin_path: str, command: str, stdin_data: bytes, env: Mapping[str, str], *,
+            timeout: float | None = None, stderr: IO[str] | None = None) -> bytes:
+        """Run it for ``command`` (set as CNI_COMMAND over ``env``) and return
+        its stdout; a failure is a `CNIError` (see `exec_plugin`)."""
+        ...
+
+
+class SubprocessExec:
+    """The default `Exec`: each plugin runs as its own process
+    (`find_plugin`, `exec_plugin`)."""
+
+    def find(self, plugin_type: str, paths: Sequence[str] | str) -> str:
+        return find_plugin(plugin_type, paths if isinstance(paths, str) else list(paths))
+
+    def run(self, plugin_path: str, command: str, stdin_data: bytes, env: Mapping[str, str], *,
+            timeout: float | None = None, stderr: IO[str] | None = None) -> bytes:
+        return exec_plugin(plugin_path, command, stdin_data, env, timeout=timeout, stderr=stderr)
+
+
+#: The `Exec` a `CmdArgs` without one delegates through.
+DEFAULT_EXEC: Exec = SubprocessExec()
+
+
 def _delegate(command: str, plugin_type: str, stdin_data: bytes, args: CmdArgs,
               timeout: float | None, stderr: IO[str] | None) -> bytes:
-    path = find_plugin(plugin_type, args.env.get("CNI_PATH", args.path))
-    return exec_plugin(path, command, stdin_data, args.env, timeout=timeout, stderr=stderr)
+    ex = args.exec if args.exec is not None else DEFAULT_EXEC
+    path = ex.find(plugin_type, args.env.get("CNI_PATH", args.path))
+    return ex.run(path, command, stdin_data, args.env, timeout=timeout, stderr=stderr)
 
 
 def delegate_add(plugin_type: str, stdin_data: bytes, args: CmdArgs, *,

@@ -100,7 +100,7 @@ def thread_netns_path() -> str:
 _libc_setns = None  # ctypes function, loaded on first use (Python < 3.12)
 
 
-def _setns(fd: int, nstype: int) -> None:
+def setns(fd: int, nstype: int) -> None:
     """``setns(fd, nstype)`` for the calling thread; raises OSError."""
     if hasattr(os, "setns"):  # Python 3.12+
         os.setns(fd, nstype)
@@ -279,7 +279,7 @@ class NetNS:
             ) from e
         try:
             try:
-                _setns(target, CLONE_NEWNET)
+                setns(target, CLONE_NEWNET)
             except OSError as e:
                 raise CNIError(
                     ERR_INTERNAL,
@@ -289,7 +289,7 @@ class NetNS:
                 yield self
             finally:
                 try:
-                    _setns(orig, CLONE_NEWNET)
+                    setns(orig, CLONE_NEWNET)
                 except OSError as e:
                     raise CNIError(
                         ERR_INTERNAL,

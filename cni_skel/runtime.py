@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from .config import GCAttachment
 from .env import parse_cni_args, validate_container_id, validate_ifname, validate_network_name
 from .errors import (
     ERR_DECODING_FAILURE,
@@ -287,18 +288,6 @@ class RuntimeConf:
     def cni_args(self) -> str:
         """``args`` as the CNI_ARGS string ``K1=V1;K2=V2``."""
         return ";".join(f"{k}={v}" for k, v in self.args)
-
-
-@dataclass(frozen=True)
-class GCAttachment:
-    """An attachment still in use, for GC: ``(container_id, ifname)``."""
-
-    container_id: str
-    ifname: str
-
-    def to_dict(self) -> dict[str, str]:
-        """The spec's ``{"containerID": ..., "ifname": ...}``."""
-        return {"containerID": self.container_id, "ifname": self.ifname}
 
 
 @dataclass
@@ -653,15 +642,6 @@ def derive_request_config(netlist: NetworkConfigList, plugin: PluginConfig, comm
         conf["cni.dev/valid-attachments"] = listed
         conf["cni.dev/attachments"] = copy.deepcopy(listed)  # libcni sends both
     return conf
-
-
-def _as_attachment(item: Any) -> GCAttachment:
-    if isinstance(item, GCAttachment):
-        return item
-    if isinstance(item, Mapping):
-        return GCAttachment(str(item["containerID"]), str(item["ifname"]))
-    container_id, ifname = item
-    return GCAttachment(str(container_id), str(ifname))
 
 
 # --------------------------------------------------------------------------
@@ -1172,7 +1152,7 @@ class Runtime:
         if netlist.disable_gc:
             return []
         valid = None if valid_attachments is None else \
-            [_as_attachment(a) for a in valid_attachments]
+            [GCAttachment.from_value(a) for a in valid_attachments]
         errors: list[CNIError] = []
         removed = []
         for att in self.stale_attachments(netlist, valid or ()):
@@ -1204,7 +1184,7 @@ class Runtime:
         list sets ``disableGC``."""
         if netlist.disable_gc:
             return []
-        keep = {_as_attachment(a) for a in valid_attachments}
+        keep = {GCAttachment.from_value(a) for a in valid_attachments}
         return [att for att in self.get_cached_attachments()
                 if att.network == netlist.name
                 and GCAttachment(att.container_id, att.ifname) not in keep]

@@ -25,7 +25,6 @@ from .errors import (
     ERR_IO_FAILURE,
     CNIError,
 )
-from .launcher import MAX_STDIN_BYTES
 from .version import (
     ALL_VERSIONS,
     CURRENT_VERSION,
@@ -34,6 +33,7 @@ from .version import (
     parse_version,
     version_at_least,
 )
+from .warm.client import MAX_STDIN_BYTES
 
 TYPE_CHECKING = False  # typing/collections.abc stay out of the VERSION path
 if TYPE_CHECKING:
@@ -41,15 +41,17 @@ if TYPE_CHECKING:
     from typing import IO, Any, ClassVar
 
 
-__all__ = ["Plugin", "dispatch", "run_plugin_main"]
+__all__ = ["Plugin", "dispatch", "error_answer", "load_config", "resolve_ref", "run_plugin_main",
+           "version_answer"]
 
 # Minimum config version per verb (spec: CHECK 0.4.0, STATUS and GC 1.1.0).
 _MIN_VERSION = {"CHECK": "0.4.0", "STATUS": "1.1.0", "GC": "1.1.0"}
 _HANDLERS = {"ADD": "add", "CHECK": "check", "DEL": "delete", "STATUS": "status", "GC": "gc"}
 
 
-def _resolve(ref: Any) -> Any:
-    """A class, or a ``"package.module:Name"`` string imported on first use."""
+def resolve_ref(ref: Any) -> Any:
+    """``ref`` itself, or the object a ``"package.module:Name"`` string names
+    (imported now). Raises ImportError/AttributeError when it names nothing."""
     if isinstance(ref, str):
         import importlib
 
@@ -142,9 +144,9 @@ class Plugin:
 
     @classmethod
     def dispatch(cls, env: Mapping[str, str], stdin_data: bytes,
-                 stderr: IO[str] | None = None) -> tuple[bytes, int]:
+                 stderr: IO[str] | None = None, *, exec: Any = None) -> tuple[bytes, int]:
         """See `dispatch`."""
-        return dispatch(cls, env, stdin_data, stderr)
+        return dispatch(cls, env, stdin_data, stderr, exec=exec)
 
     @classmethod
     def main(cls) -> None:
@@ -157,11 +159,14 @@ def _dumps(obj: Any) -> bytes:
     return json.dumps(obj, indent=4).encode()
 
 
-def _error(exc: CNIError, version: str | None) -> tuple[bytes, int]:
+def error_answer(exc: CNIError, version: str | None) -> tuple[bytes, int]:
+    """``(stdout, exit code)`` answering ``exc``: its Error object in
+    ``version``'s shape (default the newest), exit 1."""
     return _dumps(exc.to_dict(version or CURRENT_VERSION)), 1
 
 
-def _version_answer(plugin: type[Plugin], stdin_data: bytes) -> bytes:
+def version_answer(plugin: type[Plugin], stdin_data: bytes) -> bytes:
+    """The VersionResult ``plugin`` prints for VERSION with ``stdin_data``."""
     # Spec: echo the cniVersion asked for; Go answers its newest. We echo a
     # well-formed request and answer our newest otherwise.
     asked = CURRENT_VERSION
@@ -186,7 +191,7 @@ def _same_netns_as_ours(path: str) -> bool:
 
 
 def dispatch(plugin: type[Plugin], env: Mapping[str, str], stdin_data: bytes,
-             stderr: IO[str] | None = None) -> tuple[bytes, int]:
+             stderr: IO[str] | None = None, *, exec: Any = None) -> tuple[bytes, int]:
     """Run one CNI invocation of ``plugin`` and return (stdout bytes, exit code).
 
     Pure with respect to the process: reads only ``env`` and ``stdin_data``,
@@ -195,9 +200,10 @@ def dispatch(plugin: type[Plugin], env: Mapping[str, str], stdin_data: bytes,
     Result, a VersionResult, or an Error object (exit 1). A config over
     ``MAX_STDIN_BYTES`` (16 MiB) is answered with code 5. With
     ``CNI_SKEL_TRACE`` in ``env`` the call is also appended to that file
-    (`cni_skel.trace`).
+    (`cni_skel.trace`). ``exec``: the `cni_skel.invoke.Exec` the plugin's
+    delegations run through (`CmdArgs.exec`; default: each its own process).
     """
-    out, code = _dispatch(plugin, env, stdin_data, stderr)
+    out, code = _dispatch(plugin, env, stdin_data, stderr, exec)
     if env.get("CNI_SKEL_TRACE"):
         from .trace import record
 
@@ -206,7 +212,7 @@ def dispatch(plugin: type[Plugin], env: Mapping[str, str], stdin_data: bytes,
 
 
 def _dispatch(plugin: type[Plugin], env: Mapping[str, str], stdin_data: bytes,
-              stderr: IO[str] | None) -> tuple[bytes, int]:
+              stderr: IO[str] | None, exec: Any) -> tuple[bytes, int]:
     err_out = stderr if stderr is not None else sys.stderr
     version: str | None = None
     try:
@@ -215,9 +221,10 @@ def _dispatch(plugin: type[Plugin], env: Mapping[str, str], stdin_data: bytes,
             err_out.write(plugin.about_text())
             return b"", 0
         args = parse_env(env, stdin_data)
+        args.exec = exec
         cmd = args.command
         if cmd == "VERSION":
-            return _version_answer(plugin, stdin_data), 0
+            return version_answer(plugin, stdin_data), 0
         if len(stdin_data) > MAX_STDIN_BYTES:
             raise CNIError(ERR_IO_FAILURE, "error reading from stdin: the network configuration "
                            f"is larger than {MAX_STDIN_BYTES} bytes")
@@ -259,7 +266,7 @@ def _dispatch(plugin: type[Plugin], env: Mapping[str, str], stdin_data: bytes,
         if plugin.args_model is not None:
             from .args import load_args
 
-            model = _resolve(plugin.args_model)
+            model = resolve_ref(plugin.args_model)
             try:
                 cni_args = load_args(args.args, model)
             except CNIError:
@@ -268,28 +275,34 @@ def _dispatch(plugin: type[Plugin], env: Mapping[str, str], stdin_data: bytes,
                 cni_args = load_args("", model)  # a cleanup must not fail for good on CNI_ARGS
             args = args.replace(cni_args=cni_args)
 
-        conf = _load_config(plugin, raw)
+        conf = load_config(plugin, raw)
         handler: Callable[[CmdArgs, Any], Any] = getattr(plugin(), _HANDLERS[cmd])
         result = handler(args, conf)
         if cmd != "ADD":
             return b"", 0
         return _result_bytes(result, conf_version), 0
     except CNIError as exc:
-        return _error(exc, version)
+        return error_answer(exc, version)
     except Exception as exc:  # any bug becomes code 999; details go to stderr only
         import traceback
 
         traceback.print_exc(file=err_out)
         msg = str(exc) or type(exc).__name__
-        return _error(CNIError(ERR_INTERNAL, msg), version)
+        return error_answer(CNIError(ERR_INTERNAL, msg), version)
 
 
-def _load_config(plugin: type[Plugin], raw: dict) -> Any:
+def load_config(plugin: type[Plugin], raw: dict) -> Any:
+    """``raw`` (a decoded config object) validated by ``plugin.config_model``.
+
+    Raises:
+        CNIError: code 7 (or 2 for an unsupported value) naming the key
+            (`cni_skel.config.config_error`).
+    """
     from pydantic import ValidationError
 
     from .config import config_error
 
-    model = _resolve(plugin.config_model)
+    model = resolve_ref(plugin.config_model)
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
@@ -338,7 +351,7 @@ def _main(plugin: type[Plugin]) -> int:
     os.dup2(2, 1)
     try:
         if read_error is not None:
-            out, code = _error(read_error, None)
+            out, code = error_answer(read_error, None)
         else:
             out, code = dispatch(plugin, env, data)
     finally:
@@ -354,4 +367,4 @@ def _main(plugin: type[Plugin]) -> int:
 def run_plugin_main(ref: str) -> None:
     """Entry of an installed executable: import ``"module:Class"`` and run it."""
     _prepare_process(os.environ.get("CNI_COMMAND", ""))  # before the plugin's own imports
-    _resolve(ref).main()
+    resolve_ref(ref).main()

@@ -33,8 +33,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from cni_skel import launcher
 from cni_skel.cli import plugin_registry, write_executable
+from cni_skel.warm import client as launcher
 
 HERE = pathlib.Path(__file__).parent
 VECTORS = HERE / "vectors" / "go-reference-1.1.1"
@@ -261,7 +261,7 @@ def cni_bin(cni_mode: str, cni_worker_socket: str,
 @pytest.fixture(autouse=True)
 def _cni_worker_required(request: pytest.FixtureRequest) -> Iterator[None]:
     """In warm mode, launchers must be served by the worker: a fallback to
-    one-shot is answered with code 11 (`cni_skel.launcher.REQUIRED_ENV`),
+    one-shot is answered with code 11 (`cni_skel.warm.client.REQUIRED_ENV`),
     so a broken worker fails tests instead of hiding behind the fallback.
     Set for the test's function-scoped fixtures and body; the runtime tests
     and `run_plugin_raw` pass it on to the plugins."""

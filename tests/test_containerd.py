@@ -25,10 +25,10 @@ import time
 import containerd_node as cn
 import pytest
 
-from cni_skel import launcher
 from cni_skel.harness import create_netns, nft_table, remove_netns
 from cni_skel.netns import NetNS
 from cni_skel.nft import attachment_tag
+from cni_skel.warm import client as launcher
 
 CLI = os.path.join(os.path.dirname(sys.executable), "cni-skel")
 SUBNET = ipaddress.ip_network("10.77.0.0/24")

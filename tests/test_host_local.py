@@ -17,8 +17,8 @@ from conftest import load_vector
 
 from cni_skel.errors import CNIError
 from cni_skel.harness import run_plugin, run_plugin_raw
-from cni_skel.install import python_argv
 from cni_skel.version import ALL_VERSIONS
+from cni_skel.warm.install import python_argv
 
 NETNS = "/run/netns/cnsk-hl-unused"  # host-local never enters it
 NET = "hlnet"

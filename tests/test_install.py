@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from cni_skel.harness import run_plugin_raw
-from cni_skel.install import launcher_info, python_argv
+from cni_skel.warm.install import launcher_info, python_argv
 
 CLI = os.path.join(os.path.dirname(sys.executable), "cni-skel")
 

@@ -15,8 +15,8 @@ import pytest
 from test_portmap import TABLE, entries, fails, mapping, pm, pm_conf
 
 from cni_skel.harness import nft_table, run_plugin, run_plugin_raw
-from cni_skel.install import python_argv
 from cni_skel.nft import attachment_tag
+from cni_skel.warm.install import python_argv
 
 SANDBOX = "/run/netns/cnsk-pm-unused"
 

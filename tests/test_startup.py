@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from cni_skel.harness import install_plugin, run_plugin_raw
-from cni_skel.install import python_argv
+from cni_skel.warm.install import python_argv
 
 
 def py(code: str, *args: str, env: dict | None = None) -> dict:

@@ -26,10 +26,10 @@ import time
 import pytest
 from conftest import HERE
 
-from cni_skel import launcher
 from cni_skel.cli import plugin_registry, write_executable
 from cni_skel.harness import run_plugin, run_plugin_raw
-from cni_skel.install import launcher_info
+from cni_skel.warm import client as launcher
+from cni_skel.warm.install import launcher_info
 
 CLI = os.path.join(os.path.dirname(sys.executable), "cni-skel")
 PROBE_REF = "worker_plugins.probe:WorkerProbe"

@@ -2,7 +2,7 @@
 
 Each test starts its own `cni-skel worker` (conftest.SuiteWorker: its own
 socket and log) and talks to it through both launcher kinds or a raw client
-that speaks the wire format (`cni_skel.launcher`) without the launchers'
+that speaks the wire format (`cni_skel.warm.client`) without the launchers'
 manners: long identifiers, oversized and half-sent frames, junk reports from
 a child, children that hang, callers without capabilities, requests naming a
 module to import. After each, the worker's parent is the same process and
@@ -23,10 +23,11 @@ import time
 import pytest
 from conftest import HERE, SuiteWorker
 
-from cni_skel import launcher, netlink
+from cni_skel import netlink
 from cni_skel.cli import plugin_registry, write_executable
 from cni_skel.harness import run_plugin, run_plugin_raw
 from cni_skel.netns import NetNS
+from cni_skel.warm import client as launcher
 
 PROBE_REF = "worker_plugins.probe:WorkerProbe"
 PROBE_PATH = (str(HERE),)

@@ -40,7 +40,7 @@ from cni_skel_plugins.tuning.config import TuningConf
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from cni_skel.config import NetConf, ValidAttachment
+from cni_skel.config import NetConf
 from cni_skel.errors import CNIError
 from cni_skel.types import Result
 from cni_skel.version import ALL_VERSIONS, CURRENT_VERSION
@@ -328,7 +328,8 @@ def configs(draw: st.DrawFn, plugin: str, verb: str, version: str) -> dict:
         conf["prevResult"] = draw(derived_prev_result(version))
     if verb == "GC" or draw(st.integers(0, 9)) == 0:
         conf["cni.dev/valid-attachments"] = draw(st.lists(
-            from_model(ValidAttachment), max_size=2))
+            st.fixed_dictionaries({"containerID": HINTS["containerID"],
+                                   "ifname": HINTS["ifname"]}), max_size=2))
     return conf
 
 

@@ -55,11 +55,11 @@ import pytest
 from conftest import MODES
 from hypothesis import HealthCheck, Phase, given, settings
 
-from cni_skel import launcher
 from cni_skel.harness import TestNetNS, create_netns, remove_netns
 from cni_skel.netns import NetNS
 from cni_skel.types import parse_result
 from cni_skel.version import ALL_VERSIONS
+from cni_skel.warm import client as launcher
 
 from . import snapshot
 from . import strategies as S

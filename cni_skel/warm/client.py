@@ -12,7 +12,7 @@ and ``_socket`` (already loaded, or a C module): ``site``, ``socket`` (enum)
 and ``json`` would cost 8-13 ms each on every call.
 
 * VERSION is answered here, from the versions baked in at install time, with
-  the same bytes as the plugin's skel (``cni_skel.skel._version_answer``).
+  the same bytes as the plugin's skel (``cni_skel.skel.version_answer``).
 * Any other verb connects to the worker's unix socket (``CNI_SKEL_WORKER_SOCKET``
   or the path baked in; default ``/run/cni-skel/worker.sock``), sends the
   request with this process's netns, mount ns and stderr as fds (SCM_RIGHTS)

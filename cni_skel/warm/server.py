@@ -3,7 +3,7 @@
 ``cni-skel worker`` imports the registered plugins and their heavy modules
 (pyroute2, pydantic, the config and result models) once, listens on a unix
 socket, and keeps pre-forked children ready (`Worker`); each accepts one
-connection from the thin launcher (`cni_skel.launcher`) and runs the same
+connection from the thin launcher (`cni_skel.warm.client`) and runs the same
 `cni_skel.skel.dispatch` as a one-shot executable, as if the runtime had
 started it:
 
@@ -41,10 +41,11 @@ runtime are assumed; cgroups, rlimits, securebits and seccomp are the
 worker's.
 
 A plugin that delegates (bridge -> host-local) to an executable that is a
-launcher for this same worker (`cni_skel.install.launcher_info`: same socket
-inode, plugin warm) gets it run in the same child through
-`cni_skel.invoke.set_in_process_runner`, as the worker would run it anyway,
-without a launcher exec and a fork; any other delegate is exec'd as usual.
+launcher for this same worker (`cni_skel.warm.install.launcher_info`: same socket
+inode, plugin warm) gets it run in the same child by `InProcessExec`, the
+`cni_skel.invoke.Exec` the child passes to ``dispatch``, as the worker would
+run it anyway, without a launcher exec and a fork; any other delegate is
+exec'd as usual.
 
 Children isolate requests (setns, crashes, memory) and run in parallel;
 host-local's lock file works across them as across processes.
@@ -78,6 +79,7 @@ import contextlib
 import ctypes
 import gc
 import importlib
+import io
 import json
 import os
 import pkgutil
@@ -90,13 +92,13 @@ import sys
 import time
 from typing import Any
 
-from . import launcher as proto
-from . import netlink
-from .errors import ERR_INTERNAL, ERR_IO_FAILURE, ERR_TRY_AGAIN_LATER, CNIError
-from .invoke import set_in_process_runner
-from .netns import _setns, current_netns
-from .skel import _error, _load_config, _resolve, dispatch
-from .version import ALL_VERSIONS
+from .. import netlink
+from ..errors import ERR_INTERNAL, ERR_IO_FAILURE, ERR_TRY_AGAIN_LATER, CNIError
+from ..invoke import SubprocessExec, plugin_outcome
+from ..netns import current_netns, setns
+from ..skel import dispatch, error_answer, load_config, resolve_ref
+from ..version import ALL_VERSIONS
+from . import client as proto
 
 __all__ = ["DEFAULT_SOCKET", "Worker", "check", "serve"]
 
@@ -143,10 +145,10 @@ def _warm(refs: list[str], log_fd: int) -> dict[str, Any]:
     plugins: dict[str, Any] = {}
     for ref in refs:
         try:
-            cls = _resolve(ref)
+            cls = resolve_ref(ref)
             for attr in ("config_model", "args_model"):
                 if isinstance(getattr(cls, attr, None), str):
-                    _resolve(getattr(cls, attr))
+                    resolve_ref(getattr(cls, attr))
             pkg = sys.modules[cls.__module__]
             for info in pkgutil.iter_modules(getattr(pkg, "__path__", [])):
                 importlib.import_module(f"{pkg.__name__}.{info.name}")
@@ -537,7 +539,7 @@ class Worker:
                        f"plugin {ref} ended without answering in the cni-skel worker: {what}",
                        "the operation may be partially done: retry it (a DEL cleans up); "
                        "the worker's log has the details")
-        out, code = _error(err, child.get("version") or None)
+        out, code = error_answer(err, child.get("version") or None)
         _log(self.log_fd, child.get("cid", ""),
              f"{child.get('cmd', '?')} {ref} child {pid} {what}: answered code 11")
         # Never block on a client: what does not fit now is its loss (it sees
@@ -585,7 +587,7 @@ class Worker:
             _log(self.log_fd, "", f"refused a request of {exc} bytes: over the limit")
             err = CNIError(ERR_IO_FAILURE, f"request of {exc} bytes exceeds the cni-skel "
                            f"worker's limit of {proto.MAX_REQUEST_BYTES} bytes")
-            out, code = _error(err, None)
+            out, code = error_answer(err, None)
             _reply(conn, proto.ST_DONE, code, out)
             return _ANSWERED
         except (OSError, ValueError) as exc:
@@ -616,7 +618,7 @@ class Worker:
                        peer_pid: int = 0) -> int:
         kind = fields[0]
         if kind == b"ping":
-            from . import __version__
+            from .. import __version__
 
             text = (f"cni-skel worker {__version__} pid {os.getppid()} on {self.path}; "
                     f"warm plugins: {', '.join(sorted(self.plugins)) or 'none'}")
@@ -670,8 +672,8 @@ class Worker:
                 _reply(conn, proto.ST_REFUSED, 0, str(exc).encode())
                 return _ANSWERED
         _enter_process_context(fds[2], os.fsdecode(cwd_b), umask, env)
-        set_in_process_runner(lambda *call: self._delegate_here(cid, *call))
-        out, code = _dispatch(plugin, stdin)
+        out, code = _dispatch(plugin, stdin, InProcessExec(self.plugins, self.ident, self.log_fd,
+                                                           cid))
         try:
             conn.sendall(proto.encode_reply(proto.ST_DONE, code, out))
         except OSError as exc:
@@ -681,12 +683,46 @@ class Worker:
                                f"{(time.monotonic() - start) * 1e3:.1f} ms")
         return _ANSWERED
 
-    def _delegate_here(self, cid: str, path: str, env: Any, stdin: bytes,
-                       stderr: Any) -> tuple[bytes, int] | None:
-        """Run a delegated plugin (IPAM) in this child when ``path`` is a
-        launcher that would send the call to this very worker (same socket
-        inode, plugin warm here): the same dispatch as a fresh child, minus a
-        launcher exec and a fork. None: exec it as usual."""
+
+class InProcessExec(SubprocessExec):
+    """The `cni_skel.invoke.Exec` a worker child passes to ``dispatch``: a
+    delegate whose executable is a launcher for this very worker (same
+    socket inode, plugin served here) runs in this process, through the same
+    ``dispatch`` a fresh child would run (minus a launcher exec and a fork),
+    and its answer is judged as an exec'd plugin's (`plugin_outcome`); any
+    other executable (a Go plugin, another worker's launcher) is exec'd.
+    """
+
+    def __init__(self, plugins: dict[str, Any], ident: tuple[int, int], log_fd: int,
+                 cid: str) -> None:
+        self.plugins = plugins  # ref -> plugin class, what this worker serves
+        self.ident = ident  # (st_dev, st_ino) of this worker's socket
+        self.log_fd = log_fd
+        self.cid = cid  # for the log line
+
+    def run(self, plugin_path: str, command: str, stdin_data: bytes, env: Any, *,
+            timeout: float | None = None, stderr: Any = None) -> bytes:
+        plugin = self._served_here(plugin_path, env)
+        if plugin is None:
+            return super().run(plugin_path, command, stdin_data, env, timeout=timeout,
+                               stderr=stderr)
+        ref, cls = plugin
+        child_env = dict(env)
+        child_env["CNI_COMMAND"] = command
+        captured = io.StringIO()
+        start = time.monotonic()
+        try:
+            out, code = dispatch(cls, child_env, stdin_data, captured, exec=self)
+        except BaseException as exc:  # as a crashing delegate process: exit 1, no JSON
+            captured.write(f"{ref}: {type(exc).__name__}: {exc}\n")
+            out, code = b"", 1
+        _log(self.log_fd, self.cid, f"{command} {ref} exit {code}{_error_code(out, code)} "
+                                    f"{(time.monotonic() - start) * 1e3:.1f} ms "
+                                    "(delegated, in-process)")
+        return plugin_outcome(os.path.basename(plugin_path), code, out,
+                              captured.getvalue().encode(), stderr)
+
+    def _served_here(self, path: str, env: Any) -> tuple[str, Any] | None:
         from .install import launcher_info
 
         info = launcher_info(path)
@@ -698,16 +734,7 @@ class Worker:
             return None
         if (st.st_dev, st.st_ino) != self.ident:
             return None
-        start = time.monotonic()
-        cmd = env.get("CNI_COMMAND", "")
-        try:
-            out, code = dispatch(self.plugins[info["ref"]], env, stdin, stderr)
-        except BaseException as exc:  # as a crashing delegate process: exit 1, no JSON
-            stderr.write(f"{info['ref']}: {type(exc).__name__}: {exc}\n")
-            out, code = b"", 1
-        _log(self.log_fd, cid, f"{cmd} {info['ref']} exit {code}{_error_code(out, code)} "
-                               f"{(time.monotonic() - start) * 1e3:.1f} ms (delegated, in-process)")
-        return out, code
+        return info["ref"], self.plugins[info["ref"]]
 
 
 class _Refused(Exception):
@@ -796,7 +823,7 @@ def _rehearse(plugins: dict[str, Any]) -> None:
     while idle. Read-only; failures do not matter."""
     for cls in plugins.values():
         with contextlib.suppress(Exception):
-            _load_config(cls, {"cniVersion": "1.1.0", "name": "warm", "type": cls.name})
+            load_config(cls, {"cniVersion": "1.1.0", "name": "warm", "type": cls.name})
     with contextlib.suppress(Exception), current_netns() as ns, ns.iproute() as ipr:
         netlink.find_link(ipr, "lo")
         netlink.addresses(ipr, "lo")
@@ -816,9 +843,9 @@ def _enter_namespaces(fds: list[int]) -> None:
     nothing else of the request is touched before the capabilities drop."""
     net_fd, mnt_fd = fds[0], fds[1]
     if not _same_file(mnt_fd, "/proc/self/ns/mnt"):
-        _setns(mnt_fd, CLONE_NEWNS)  # resets cwd and root to the namespace's
+        setns(mnt_fd, CLONE_NEWNS)  # resets cwd and root to the namespace's
     if not _same_file(net_fd, "/proc/self/ns/net"):
-        _setns(net_fd, CLONE_NEWNET)
+        setns(net_fd, CLONE_NEWNET)
 
 
 def _enter_process_context(err_fd: int, cwd: str, umask: int, env: dict[bytes, bytes]) -> None:
@@ -847,11 +874,11 @@ def _same_file(fd: int, path: str) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
-def _dispatch(plugin: Any, stdin: bytes) -> tuple[bytes, int]:
+def _dispatch(plugin: Any, stdin: bytes, exec: InProcessExec) -> tuple[bytes, int]:
     try:
-        out, code = dispatch(plugin, os.environ, stdin, sys.stderr)
+        out, code = dispatch(plugin, os.environ, stdin, sys.stderr, exec=exec)
     except BaseException as exc:  # SystemExit, KeyboardInterrupt from plugin code
-        out, code = _error(CNIError(ERR_INTERNAL, f"{type(exc).__name__}: {exc}"), None)
+        out, code = error_answer(CNIError(ERR_INTERNAL, f"{type(exc).__name__}: {exc}"), None)
     sys.stdout.flush()
     sys.stderr.flush()
     return out, code

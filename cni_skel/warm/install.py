@@ -8,7 +8,7 @@ Three kinds, all marked as ours so a later install may replace them:
   without starting Python, and execs the Python launcher code for
   everything else (VERSION, no worker, faults).
 * ``python`` launcher: ``#!<python> -IS`` plus a few lines running
-  `cni_skel.launcher` (see there); the same behaviour, ~8 ms more a call.
+  `cni_skel.warm.client` (see there); the same behaviour, ~8 ms more a call.
 * one-shot script: the plugin runs in a fresh interpreter each call.
 
 `launcher_info` reads back which plugin and socket a launcher serves (the
@@ -28,13 +28,13 @@ import tempfile
 
 import click
 
-from .launcher import MAX_STDIN_BYTES
+from .client import MAX_STDIN_BYTES
 
 __all__ = ["DEFAULT_WORKER_SOCKET", "LAUNCHERS", "MARKER", "find_cc", "launcher_info",
            "plugin_registry", "python_argv", "write_executable"]
 
 MARKER = "written by `cni-skel install`"
-DEFAULT_WORKER_SOCKET = "/run/cni-skel/worker.sock"  # = cni_skel.launcher.DEFAULT_SOCKET
+DEFAULT_WORKER_SOCKET = "/run/cni-skel/worker.sock"  # = cni_skel.warm.client.DEFAULT_SOCKET
 #: ``--launcher`` choices: auto = native when a C compiler works, else python.
 LAUNCHERS = ("auto", "native", "python")
 #: First line of the block naming a launcher's plugin and socket (`launcher_info`).
@@ -53,7 +53,7 @@ def plugin_registry() -> dict[str, str]:
 
 def _script(ref: str, name: str, python: str, pythonpath: list[str] | None = None) -> str:
     """The one-shot executable: the plugin runs in a fresh interpreter each call."""
-    from . import __version__
+    from .. import __version__
 
     prefix = f"import sys; sys.path[:0] = {pythonpath!r}; " if pythonpath else ""
     body = (f"# CNI plugin {name!r}, {MARKER} (cni-skel {__version__}).\n"
@@ -76,12 +76,12 @@ def _needs_sh(python: str) -> bool:
 def _supported_versions(ref: str, pythonpath: list[str] | None) -> tuple[str, ...] | None:
     """The plugin's ``supported_versions``, for the launcher's local VERSION
     answer; None when it cannot be imported here (VERSION then runs it)."""
-    from .skel import _resolve
+    from ..skel import resolve_ref
 
     saved = list(sys.path)
     sys.path[:0] = pythonpath or []
     try:
-        return tuple(_resolve(ref).supported_versions)
+        return tuple(resolve_ref(ref).supported_versions)
     except Exception:
         return None
     finally:
@@ -90,7 +90,7 @@ def _supported_versions(ref: str, pythonpath: list[str] | None) -> tuple[str, ..
 
 def _info_block(ref: str, worker_socket: str, python: str,
                 pythonpath: list[str] | None) -> str:
-    from . import __version__
+    from .. import __version__
 
     pp = os.pathsep.join(pythonpath or [])
     for what, value in (("plugin ref", ref), ("worker socket", worker_socket),
@@ -103,15 +103,15 @@ def _info_block(ref: str, worker_socket: str, python: str,
 
 def _launcher_body(ref: str, pythonpath: list[str] | None, worker_socket: str,
                    native: bool) -> str:
-    """Python code that loads `cni_skel.launcher` (from its cached bytecode
+    """Python code that loads `cni_skel.warm.client` (from its cached bytecode
     when fresh: compiling the source costs ~5 ms a call) and calls ``launch``.
     Only builtin modules are imported (no site, no importlib). ``native``: run
     by launcher.c as ``python -IS -c <code> MODE DETAIL``."""
     import py_compile
 
-    from .version import ALL_VERSIONS, CURRENT_VERSION
+    from ..version import ALL_VERSIONS, CURRENT_VERSION
 
-    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher.py")
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "client.py")
     with contextlib.suppress(OSError, py_compile.PyCompileError):
         py_compile.compile(src, doraise=True)  # the bytecode the executable loads
     tail = ", native=sys.argv[1:]" if native else ""
@@ -119,7 +119,7 @@ def _launcher_body(ref: str, pythonpath: list[str] | None, worker_socket: str,
 _src = {src!r}
 try:  # the cached bytecode, if it is the current source's (timestamp pyc)
     _pyc = os.path.join(os.path.dirname(_src), "__pycache__",
-                        "launcher." + sys.implementation.cache_tag + ".pyc")
+                        "client." + sys.implementation.cache_tag + ".pyc")
     with open(_pyc, "rb") as _f:
         _data = _f.read()
     _st = os.stat(_src)
@@ -275,7 +275,7 @@ def write_executable(bin_dir: str, name: str, ref: str, *, python: str | None = 
     (temp file + rename), mode 0755. ``pythonpath``: directories put first on
     sys.path (for plugins that are not installed packages, e.g. in tests).
 
-    ``worker_socket``: the executable is a launcher (`cni_skel.launcher`)
+    ``worker_socket``: the executable is a launcher (`cni_skel.warm.client`)
     that hands each call to ``cni-skel worker`` on this unix socket (env
     ``CNI_SKEL_WORKER_SOCKET`` overrides it at run time), answers VERSION
     itself, and runs the plugin in-process when no worker answers. None: a
