@@ -29,19 +29,35 @@ by ``Plugin.main``; it changes *when* work is done, never what is done:
 
 The first two are skipped when the package is already imported, so a
 process that imported pyroute2 or built a model before is never affected.
+Both reach into another library's layout, so each is also skipped unless the
+installed version lies in the range it was verified against
+(`PYROUTE2_VERIFIED`, `PYDANTIC_VERIFIED`; read from the packages' own
+``version.py`` files, without importing them or scanning metadata), and
+pydantic's private loader still defines ``get_plugins``. A newer library
+then simply starts the slow way; ``tests/test_startup_guards.py`` fails on
+it, so the range is widened only after the shortcut is checked again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["fewer_gc_passes", "lazy_pyroute2", "prepare", "skip_pydantic_plugin_scan"]
+__all__ = ["PYDANTIC_VERIFIED", "PYROUTE2_VERIFIED", "fewer_gc_passes", "installed_version",
+           "lazy_pyroute2", "prepare", "skip_pydantic_plugin_scan"]
+
+#: Versions ``[low, high)`` whose layout the shortcuts were checked against.
+PYROUTE2_VERIFIED = ((0, 9), (0, 10))
+PYDANTIC_VERIFIED = ((2, 6), (3, 0))
+# Where each package states its version, relative to its directory.
+_VERSION_FILES = {"pyroute2": ("config/version.py", "__version__"),
+                  "pydantic": ("version.py", "VERSION")}
 
 #: pyroute2's top-level names our code (and plugins) import, by defining module;
 #: tests check they are the objects ``pyroute2/__init__.py`` re-exports.
@@ -86,6 +102,31 @@ def fewer_gc_passes() -> None:
     gc.set_threshold(max(gc.get_threshold()[0], 100_000), *gc.get_threshold()[1:])
 
 
+def installed_version(package: str) -> tuple[int, ...] | None:
+    """The version of ``package`` (``"pyroute2"`` or ``"pydantic"``) found on
+    sys.path, as a tuple of its leading numbers, read from its version file
+    without importing it; None when it cannot be read."""
+    spec = _find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    rel, name = _VERSION_FILES[package]
+    for base in spec.submodule_search_locations:
+        try:
+            with open(os.path.join(base, rel), encoding="utf-8") as fp:
+                text = fp.read()
+        except OSError:
+            continue
+        m = re.search(rf"^{name}\s*=\s*['\"](\d+(?:\.\d+)*)", text, re.MULTILINE)
+        if m:
+            return tuple(int(p) for p in m.group(1).split("."))
+    return None
+
+
+def _verified(package: str, bounds: tuple[tuple[int, ...], tuple[int, ...]]) -> bool:
+    version = installed_version(package)
+    return version is not None and bounds[0] <= version < bounds[1]
+
+
 # --- pyroute2 -------------------------------------------------------------------------
 
 
@@ -101,7 +142,7 @@ def _find_spec(name: str) -> Any:
 def lazy_pyroute2() -> bool:
     """Register ``pyroute2`` with its ``__init__`` deferred (see the module
     doc). Returns whether it did (False: already imported, or not found)."""
-    if "pyroute2" in sys.modules:
+    if "pyroute2" in sys.modules or not _verified("pyroute2", PYROUTE2_VERIFIED):
         return False
     spec = _find_spec("pyroute2")
     if spec is None or spec.loader is None or not spec.submodule_search_locations \
@@ -206,10 +247,23 @@ def skip_pydantic_plugin_scan() -> bool:
     """Answer pydantic's plugin lookup with "none" when no distribution
     declares a pydantic plugin (see the module doc). Returns whether it did."""
     if _LOADER in sys.modules or "pydantic" in sys.modules or _NoPluginsLoader in sys.meta_path \
+            or not _verified("pydantic", PYDANTIC_VERIFIED) or not _loader_has_get_plugins() \
             or _pydantic_plugins_possible():
         return False
     sys.meta_path.insert(0, _NoPluginsLoader)
     return True
+
+
+def _loader_has_get_plugins() -> bool:
+    # The one name of pydantic's private loader we answer for.
+    spec = _find_spec("pydantic")
+    for base in (spec.submodule_search_locations or []) if spec is not None else []:
+        try:
+            with open(os.path.join(base, "plugin", "_loader.py"), encoding="utf-8") as fp:
+                return re.search(r"^def get_plugins\(", fp.read(), re.MULTILINE) is not None
+        except OSError:
+            continue
+    return False
 
 
 def _no_plugins() -> tuple:
