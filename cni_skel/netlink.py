@@ -28,6 +28,7 @@ import os
 import re
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, CNIError
@@ -38,6 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from cni_skel.netns import NetNS
 
 __all__ = [
+    "Link",
     "LinkExists",
     "LinkNotFound",
     "add_address",
@@ -125,6 +127,8 @@ def _call(op: str, target: object, fn: Callable[..., Any], *args: Any,
     a concurrent change (NLM_F_DUMP_INTR) is retried a few times.
     """
     nl_error, dump_interrupted = _netlink_errors()
+    if isinstance(target, Link):
+        target = target.name
     attempts = 5
     while True:
         attempts -= 1
@@ -181,41 +185,76 @@ def _family(family: int | None) -> int:
     raise CNIError(ERR_INVALID_NETWORK_CONFIG, f"unsupported address family {family!r}")
 
 
-def _link_summary(msg: Any) -> dict:
-    master = msg.get("IFLA_MASTER")
-    link = msg.get("IFLA_LINK")
-    return {
-        "index": msg["index"],
-        "name": msg.get("IFLA_IFNAME"),
-        "mac": msg.get("IFLA_ADDRESS"),
-        "mtu": msg.get("IFLA_MTU"),
-        "up": bool(msg["flags"] & IFF_UP),
-        "kind": msg.get(("linkinfo", "kind")),
-        "master": master or None,
-        # extras: raw IFF_* flags, IFLA_LINK (veth peer / parent ifindex,
-        # possibly in another namespace)
-        "flags": msg["flags"],
-        "link": link or None,
-        # IF_OPER_* as text: "UP", "DOWN", "LOWERLAYERDOWN", "UNKNOWN", ...
-        "operstate": msg.get("IFLA_OPERSTATE"),
-    }
+@dataclass(frozen=True)
+class Link:
+    """One network interface as the kernel reported it (RTM_NEWLINK), the
+    typed answer of `find_link` (Go: ``netlink.Link``'s ``Attrs()``).
+
+    Attributes:
+        index: ifindex in the namespace it was read in.
+        name: IFLA_IFNAME.
+        mac: IFLA_ADDRESS, lower-case ``aa:bb:..`` (None for devices without one).
+        mtu: bytes. txqlen: packets (IFLA_TXQLEN).
+        up: IFF_UP is set (administratively up).
+        operstate: IF_OPER_* as text: ``"UP"``, ``"DOWN"``, ``"LOWERLAYERDOWN"``,
+            ``"UNKNOWN"``, ...
+        kind: IFLA_INFO_KIND (``"veth"``, ``"bridge"``, ...; None for plain devices).
+        master: ifindex of the bridge/bond it is enslaved to, or None.
+        peer_index: IFLA_LINK: a veth's peer or a VLAN's parent, possibly an
+            index in another namespace; None when not set.
+        flags: the raw IFF_* flags.
+
+    Helpers taking a link accept a `Link`, an ifindex or a name; given a
+    `Link` or an index they send no look-up of their own.
+    """
+
+    index: int
+    name: str
+    mac: str | None = None
+    mtu: int | None = None
+    txqlen: int | None = None
+    up: bool = False
+    operstate: str | None = None
+    kind: str | None = None
+    master: int | None = None
+    peer_index: int | None = None
+    flags: int = 0
+
+    def __getitem__(self, key: str) -> Any:
+        # Transitional: the dict keys find_link answered before it was typed.
+        return getattr(self, "peer_index" if key == "link" else key)
+
+
+def _link_summary(msg: Any) -> Link:
+    return Link(
+        index=msg["index"],
+        name=msg.get("IFLA_IFNAME"),
+        mac=msg.get("IFLA_ADDRESS"),
+        mtu=msg.get("IFLA_MTU"),
+        txqlen=msg.get("IFLA_TXQLEN"),
+        up=bool(msg["flags"] & IFF_UP),
+        operstate=msg.get("IFLA_OPERSTATE"),
+        kind=msg.get(("linkinfo", "kind")),
+        master=msg.get("IFLA_MASTER") or None,
+        peer_index=msg.get("IFLA_LINK") or None,
+        flags=msg["flags"],
+    )
 
 
 # --------------------------------------------------------------------------
 # links
 
 
-def find_link(ipr: IPRoute, name: str | int) -> dict | None:
-    """Summary of a link, or None when there is none of that name / index.
-
-    Returns ``{index, name, mac, mtu (bytes), up (IFF_UP set), kind
-    (IFLA_INFO_KIND, e.g. "veth", None for plain devices), master (ifindex or
-    None), flags, link}``. A name that can not be an interface name (empty,
-    16+ bytes) simply matches nothing.
+def find_link(ipr: IPRoute, name: Link | str | int) -> Link | None:
+    """The `Link` of that name / index, or None when there is none. A name
+    that can not be an interface name (empty, 16+ bytes) simply matches
+    nothing. Given a `Link`, reads it again by its index (its state now).
 
     Raises:
         CNIError: code 999 for other netlink failures.
     """
+    if isinstance(name, Link):
+        name = name.index
     if isinstance(name, int):
         msgs = _call("get link", name, ipr.link, "get", index=name, ignore=(errno.ENODEV,))
     else:
@@ -227,20 +266,25 @@ def find_link(ipr: IPRoute, name: str | int) -> dict | None:
     return _link_summary(msgs[0])
 
 
-def link_index(ipr: IPRoute, name: str | int) -> int:
-    """The ifindex of link ``name``.
+def link_index(ipr: IPRoute, name: Link | str | int) -> int:
+    """The ifindex of link ``name``: a `Link`'s or an int as given (no
+    look-up), a name looked up.
 
     Raises:
         LinkNotFound: (code 999) no such link.
         CNIError: code 999 for other netlink failures.
     """
+    if isinstance(name, Link):
+        return name.index
+    if isinstance(name, int):
+        return name
     link = find_link(ipr, name)
     if link is None:
         raise LinkNotFound(name)
     return link["index"]
 
 
-def link_set(ipr: IPRoute, name: str | int, /, **attrs: Any) -> None:
+def link_set(ipr: IPRoute, name: Link | str | int, /, **attrs: Any) -> None:
     """Change link attributes (RTM_NEWLINK "set").
 
     Keywords handled here: ``mtu`` (bytes), ``address``/``mac`` (MAC string),
@@ -290,7 +334,7 @@ def link_set(ipr: IPRoute, name: str | int, /, **attrs: Any) -> None:
         raise
 
 
-def link_up(ipr: IPRoute, name: str | int) -> None:
+def link_up(ipr: IPRoute, name: Link | str | int) -> None:
     """Set IFF_UP on the link ("ip link set NAME up").
 
     Raises:
@@ -299,7 +343,7 @@ def link_up(ipr: IPRoute, name: str | int) -> None:
     link_set(ipr, name, up=True)
 
 
-def link_down(ipr: IPRoute, name: str | int) -> None:
+def link_down(ipr: IPRoute, name: Link | str | int) -> None:
     """Clear IFF_UP on the link ("ip link set NAME down").
 
     Raises:
@@ -308,7 +352,7 @@ def link_down(ipr: IPRoute, name: str | int) -> None:
     link_set(ipr, name, up=False)
 
 
-def delete_link(ipr: IPRoute, name: str | int, missing_ok: bool = True) -> bool:
+def delete_link(ipr: IPRoute, name: Link | str | int, missing_ok: bool = True) -> bool:
     """Delete a link (for a veth, both ends go). True if it was deleted.
 
     With ``missing_ok`` (default) a missing link returns False.
@@ -327,7 +371,7 @@ def delete_link(ipr: IPRoute, name: str | int, missing_ok: bool = True) -> bool:
     return result is not None
 
 
-def move_link(ipr: IPRoute, name: str | int, netns: NetNS) -> None:
+def move_link(ipr: IPRoute, name: Link | str | int, netns: NetNS) -> None:
     """Move a link into another namespace (IFLA_NET_NS_FD), keeping its name.
 
     Raises:
@@ -456,7 +500,7 @@ def ensure_bridge(ipr: IPRoute, name: str, *, mtu: int | None = None,
     return link
 
 
-def bridge_port(ipr: IPRoute, name: str | int) -> dict | None:
+def bridge_port(ipr: IPRoute, name: Link | str | int) -> dict | None:
     """Bridge-port settings of an enslaved link: ``{hairpin, isolated}``
     (bools), or None when the link is not a bridge port (or missing)."""
     link = find_link(ipr, name)
@@ -472,7 +516,7 @@ def bridge_port(ipr: IPRoute, name: str | int) -> dict | None:
     }
 
 
-def bridge_port_set(ipr: IPRoute, name: str | int, *, hairpin: bool | None = None,
+def bridge_port_set(ipr: IPRoute, name: Link | str | int, *, hairpin: bool | None = None,
                     isolated: bool | None = None) -> None:
     """Set bridge-port flags of a link enslaved to a bridge (IFLA_BRPORT_MODE
     for hairpin, IFLA_BRPORT_ISOLATED); None leaves a flag as it is.
@@ -492,7 +536,7 @@ def bridge_port_set(ipr: IPRoute, name: str | int, *, hairpin: bool | None = Non
     _call("set bridge port flags on", name, ipr.brport, "set", index=index, **attrs)
 
 
-def bridge_vlans(ipr: IPRoute, name: str | int) -> list[tuple[int, bool, bool]]:
+def bridge_vlans(ipr: IPRoute, name: Link | str | int) -> list[tuple[int, bool, bool]]:
     """VLANs of a bridge port as ``(vid, pvid, untagged)``, sorted by vid
     (empty when VLAN filtering is off or the link is missing)."""
     link = find_link(ipr, name)
@@ -512,7 +556,7 @@ def bridge_vlans(ipr: IPRoute, name: str | int) -> list[tuple[int, bool, bool]]:
     return sorted(out)
 
 
-def bridge_vlan_add(ipr: IPRoute, name: str | int, vid: int, *, pvid: bool = False,
+def bridge_vlan_add(ipr: IPRoute, name: Link | str | int, vid: int, *, pvid: bool = False,
                     untagged: bool = False) -> None:
     """Allow VLAN ``vid`` (1-4094) on a bridge port; ``pvid``: untagged
     ingress goes to it; ``untagged``: egress leaves untagged (the port's
@@ -529,14 +573,14 @@ def bridge_vlan_add(ipr: IPRoute, name: str | int, vid: int, *, pvid: bool = Fal
           vlan_info={"vid": int(vid), "flags": flags})
 
 
-def bridge_vlan_del(ipr: IPRoute, name: str | int, vid: int) -> None:
+def bridge_vlan_del(ipr: IPRoute, name: Link | str | int, vid: int) -> None:
     """Remove VLAN ``vid`` from a bridge port (missing is fine)."""
     index = link_index(ipr, name)
     _call(f"delete VLAN {vid} from", name, ipr.vlan_filter, "del", index=index,
           vlan_info={"vid": int(vid)}, ignore=(errno.ENOENT, errno.EINVAL))
 
 
-def wait_operstate(ipr: IPRoute, name: str | int, state: str = "UP", *,
+def wait_operstate(ipr: IPRoute, name: Link | str | int, state: str = "UP", *,
                    delays: tuple[float, ...] = (0, 0.05, 0.5, 1, 1)) -> dict:
     """Poll link ``name`` until its operstate is ``state``; return its summary.
 
@@ -573,7 +617,7 @@ def _interface(value: Any) -> IPInterface:
         raise CNIError(ERR_INVALID_NETWORK_CONFIG, f'invalid IP address "{value}"') from e
 
 
-def addresses(ipr: IPRoute, name: str | int, family: int | None = None) -> list[IPInterface]:
+def addresses(ipr: IPRoute, name: Link | str | int, family: int | None = None) -> list[IPInterface]:
     """Addresses on a link, in kernel (dump) order, as ip_interface objects.
 
     ``family`` restricts to IPv4 or IPv6. IPv6 link-local addresses are
@@ -597,7 +641,7 @@ def addresses(ipr: IPRoute, name: str | int, family: int | None = None) -> list[
 
 
 def add_address(
-    ipr: IPRoute, name: str | int, ip: IPInterface | str, *, nodad: bool = False
+    ipr: IPRoute, name: Link | str | int, ip: IPInterface | str, *, nodad: bool = False
 ) -> bool:
     """Add ``ip`` (address with prefix, e.g. ``"10.1.2.3/24"``) to a link.
 
@@ -628,7 +672,7 @@ def add_address(
 
 
 def del_address(
-    ipr: IPRoute, name: str | int, ip: IPInterface | str, missing_ok: bool = True
+    ipr: IPRoute, name: Link | str | int, ip: IPInterface | str, missing_ok: bool = True
 ) -> bool:
     """Remove ``ip`` (with prefix) from a link. True if it was removed.
 

@@ -86,7 +86,7 @@ def _files(directory: str) -> dict[str, bytes]:
     return out
 
 
-def _link(ns: TestNetNS, name: str) -> dict | None:
+def _link(ns: TestNetNS, name: str) -> netlink.Link | None:
     with NetNS.open(ns.path) as n, n.iproute() as ipr:
         return netlink.find_link(ipr, name)
 
@@ -130,7 +130,7 @@ def make_rig(plugin: str, cni_bin: str, node: TestNetNS, pod: TestNetNS, tmp_pat
     v = "1.1.0"
     if plugin == "loopback":
         return Rig(exe, node, pod, lambda i: {"cniVersion": v, "name": "lonet", "type": plugin},
-                   lambda: bool((_link(pod, "lo") or {}).get("up")), False)
+                   lambda: bool(getattr(_link(pod, "lo"), "up", False)), False)
     if plugin == "host-local":
         def hl_conf(i: str) -> dict:
             return {"cniVersion": v, "name": "hlnet", "type": plugin,

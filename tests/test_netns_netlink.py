@@ -8,6 +8,7 @@ interface name, and one sysctl value).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import ipaddress
 import itertools
@@ -19,6 +20,7 @@ import pytest
 
 from cni_skel.errors import CNIError
 from cni_skel.netlink import (
+    Link,
     LinkExists,
     LinkNotFound,
     add_address,
@@ -484,6 +486,38 @@ def test_veth_same_netns_and_move_link(make_ns):
             move_link(bipr, "vb", a)
         with pytest.raises(LinkNotFound):
             move_link(aipr, "nope0", b)
+
+
+def test_find_link_is_typed_and_helpers_take_it_without_a_lookup(make_ns):
+    a = make_ns()
+    with a.iproute() as ipr:
+        create_veth_pair(ipr, "ta", "tb")
+        link_set(ipr, "ta", txqlen=321, mtu=1400)
+        link = find_link(ipr, "ta")
+        assert isinstance(link, Link)
+        assert (link.name, link.kind, link.mtu, link.txqlen) == ("ta", "veth", 1400, 321)
+        assert link.peer_index == find_link(ipr, "tb").index and link.up is False
+        assert link.mac == ipr.link("get", index=link.index)[0].get("IFLA_ADDRESS")
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            link.mtu = 1  # type: ignore[misc]
+        # Given a Link or an index, no RTM_GETLINK is sent for it.
+        sent = []
+        real = ipr.link
+
+        def counting(cmd, **kw):
+            sent.append(cmd)
+            return real(cmd, **kw)
+
+        ipr.link = counting
+        try:
+            assert link_index(ipr, link) == link.index == link_index(ipr, link.index)
+            link_up(ipr, link)
+            assert sent == ["set"]
+        finally:
+            del ipr.link
+        assert find_link(ipr, link).up is True  # read again: the state now
+        addrs = addresses(ipr, link)
+        assert all(a.version in (4, 6) for a in addrs)
 
 
 # ---------------------------------------------------------------------------
