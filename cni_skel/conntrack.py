@@ -1,16 +1,20 @@
 """Connection tracking entries: find and delete them (pyroute2's
 ``Conntrack``, ctnetlink).
 
-The Go plugins' ``pkg/utils/conntrack.go`` equivalent. pyroute2 loads on the
-first call (it costs ~100 ms of start-up), so import this module freely.
-Acts in the network namespace of the calling thread (call it inside
-`cni_skel.netns.NetNS.enter` to act elsewhere).
+The Go plugins' ``pkg/utils/conntrack.go`` equivalent. Acts in the network
+namespace of the calling thread (call it inside `cni_skel.netns.NetNS.enter`
+to act elsewhere).
 """
 
 from __future__ import annotations
 
 import errno
+import ipaddress
 import socket
+
+from pyroute2 import Conntrack
+from pyroute2.conntrack import NFCTAttrTuple
+from pyroute2.netlink.exceptions import NetlinkError
 
 from .errors import ERR_INTERNAL, CNIError
 
@@ -20,8 +24,6 @@ _FAMILY = {4: socket.AF_INET, 6: socket.AF_INET6}
 
 
 def _same_ip(a: object, b: object) -> bool:
-    import ipaddress
-
     try:
         return ipaddress.ip_address(str(a)) == ipaddress.ip_address(str(b))
     except ValueError:
@@ -43,12 +45,6 @@ def delete_entries(version: int, proto: int, *, dport: int | None = None,
         CNIError: 999 when ctnetlink can not be used (no nf_conntrack, no
             CAP_NET_ADMIN).
     """
-    try:
-        from pyroute2 import Conntrack
-        from pyroute2.conntrack import NFCTAttrTuple
-        from pyroute2.netlink.exceptions import NetlinkError
-    except ImportError as e:  # pragma: no cover - pyroute2 is a dependency
-        raise CNIError(ERR_INTERNAL, f"conntrack: pyroute2 not available: {e}") from e
     wanted = NFCTAttrTuple(family=_FAMILY[version], proto=proto, dport=dport, daddr=daddr)
     deleted = 0
     try:

@@ -13,6 +13,7 @@ these mirror, including the error texts where a user might search for them.
 from __future__ import annotations
 
 import contextlib
+import socket
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -102,8 +103,6 @@ def settle_addresses(ipr: Any, link: str | int, timeout: float) -> None:
         CNIError: 999 naming the link when addresses are still tentative, or
             when one failed DAD (a duplicate on the link).
     """
-    import socket
-
     deadline = time.monotonic() + timeout
     index = netlink.link_index(ipr, link)
     while True:

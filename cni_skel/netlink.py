@@ -10,14 +10,14 @@ Conventions:
   ifindex. MTUs are in bytes, MACs are ``"aa:bb:cc:dd:ee:ff"`` strings.
 * Families: ``None`` (all), ``4`` / ``6`` or ``socket.AF_INET`` /
   ``socket.AF_INET6``.
-* Summaries are plain dicts / :mod:`ipaddress` objects, not pyroute2 messages.
+* Answers are typed (`Link`, :mod:`ipaddress` objects), not pyroute2 messages.
 * Errors are :class:`~cni_skel.errors.CNIError`: a kernel (``NetlinkError``)
   failure not handled specially becomes code 999 with message
   ``"<operation> <target>: <strerror>"``; bad arguments (names, addresses,
   MACs) are code 7 (invalid network config).
 
-pyroute2 itself is imported by whoever built ``ipr``; this module only imports
-its exception class lazily, so importing it costs nothing extra.
+``ipr`` is a pyroute2 ``IPRoute`` bound to the namespace to act in
+(`cni_skel.netns.NetNS.iproute`).
 """
 
 from __future__ import annotations
@@ -27,9 +27,12 @@ import ipaddress
 import os
 import re
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from pyroute2.netlink.exceptions import NetlinkDumpInterrupted, NetlinkError
 
 from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, CNIError
 
@@ -102,12 +105,6 @@ class LinkExists(CNIError):
 # internals
 
 
-def _netlink_errors() -> tuple[type[Exception], type[Exception]]:
-    from pyroute2.netlink.exceptions import NetlinkDumpInterrupted, NetlinkError
-
-    return NetlinkError, NetlinkDumpInterrupted
-
-
 def _errmsg(exc: Exception) -> str:
     code = getattr(exc, "code", 0)
     args = getattr(exc, "args", ())
@@ -126,7 +123,6 @@ def _call(op: str, target: object, fn: Callable[..., Any], *args: Any,
     by pyroute2 while encoding arguments becomes code 7. A dump interrupted by
     a concurrent change (NLM_F_DUMP_INTR) is retried a few times.
     """
-    nl_error, dump_interrupted = _netlink_errors()
     if isinstance(target, Link):
         target = target.name
     attempts = 5
@@ -138,11 +134,11 @@ def _call(op: str, target: object, fn: Callable[..., Any], *args: Any,
                 return []
             # dumps may come back as generators (config.nlm_generator)
             return result if isinstance(result, (list, tuple)) else list(result)
-        except dump_interrupted as e:
+        except NetlinkDumpInterrupted as e:
             if attempts > 0:
                 continue
             raise CNIError(ERR_INTERNAL, f"{op} {target}: {_errmsg(e)}") from e
-        except nl_error as e:
+        except NetlinkError as e:
             if e.code in ignore:
                 return None
             raise CNIError(ERR_INTERNAL, f"{op} {target}: {_errmsg(e)}") from e
@@ -591,8 +587,6 @@ def wait_operstate(ipr: IPRoute, name: Link | str | int, state: str = "UP", *,
         LinkNotFound: (999); CNIError: 999 ``"<name>" is <operstate>`` when it
         never reaches ``state``.
     """
-    import time
-
     link = None
     for delay in delays:
         if delay:

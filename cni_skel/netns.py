@@ -9,18 +9,23 @@ Namespace switching is per *thread* (``setns(2)`` changes the calling thread
 only): :meth:`NetNS.enter` moves the current thread in and always moves it back.
 Code that runs in another thread while the block is active is not affected.
 
-Start-up cost matters (every plugin run pays it), so this module imports only
-the standard library; ``ctypes`` is loaded only on Pythons without
-``os.setns`` (before 3.12), and pyroute2 only by :meth:`NetNS.iproute`.
+``ctypes`` stands in for ``os.setns`` on Pythons before 3.12.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import os
+import socket
 import stat
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from pyroute2 import IPRoute
 
 from cni_skel.errors import (
     ERR_INTERNAL,
@@ -29,15 +34,7 @@ from cni_skel.errors import (
     CNIError,
 )
 
-# Not `from typing import TYPE_CHECKING`: typing alone costs ~2 ms to import.
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    from collections.abc import Callable, Iterator
-    from typing import Any, TypeVar
-
-    from pyroute2 import IPRoute
-
-    T = TypeVar("T")
+T = TypeVar("T")
 
 __all__ = [
     "CLONE_NEWNET",
@@ -89,8 +86,6 @@ def thread_netns_path() -> str:
         _have_thread_self = os.path.exists(_THREAD_SELF_NS)
     if _have_thread_self:
         return _THREAD_SELF_NS
-    import threading
-
     return f"/proc/self/task/{threading.get_native_id()}/ns/net"
 
 
@@ -106,8 +101,6 @@ def setns(fd: int, nstype: int) -> None:
         os.setns(fd, nstype)
         return
     global _libc_setns
-    import ctypes
-
     if _libc_setns is None:
         try:
             func = ctypes.CDLL(None, use_errno=True).setns
@@ -327,10 +320,6 @@ class NetNS:
             CNIError: as :meth:`enter`; code 999 when the socket can not be
                 created.
         """
-        import socket
-
-        from pyroute2 import IPRoute
-
         with self.enter():
             try:
                 sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 0)  # NETLINK_ROUTE

@@ -23,7 +23,7 @@ reference plugins 1.1.1 do.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationError
 
@@ -38,9 +38,7 @@ from .current import (
     Result,
     Route,
 )
-
-if TYPE_CHECKING:
-    from .legacy import Result020, Result040
+from .legacy import Result020, Result040
 
 __all__ = [
     "SUPPORTED_VERSIONS",
@@ -194,14 +192,10 @@ def parse_result(data: dict | str | bytes, version: str | None = None) -> Result
         if ver in _VERSIONS_1X:
             result = Result.model_validate(obj)
         elif ver in _VERSIONS_04X:
-            from .legacy import Result040  # models built only when an old result comes
-
             result = _from_040(Result040.model_validate(obj))
         elif _looks_current(obj):
             result = Result.model_validate(obj)
         else:
-            from .legacy import Result020
-
             result = _from_020(Result020.model_validate(obj))
     except ValidationError as exc:
         raise CNIError(ERR_DECODING_FAILURE, "failed to decode result", _describe(exc)) from None
