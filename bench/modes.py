@@ -86,7 +86,7 @@ class OneShotMode(Mode):
     key, label = "oneshot", "ours (launchers, no worker)"
 
     def install(self, work_dir: str) -> None:
-        from cni_skel.cli import plugin_registry, write_executable
+        from cni_skel.warm.install import plugin_registry, write_executable
 
         self.refs = plugin_registry()
         missing = [p for p in PLUGINS if p not in self.refs]
@@ -135,11 +135,11 @@ class WarmMode(OneShotMode):
         return os.path.join(work_dir, "warm", "worker.sock")
 
     def install(self, work_dir: str) -> None:
-        from cni_skel.cli import write_executable
+        from cni_skel.warm.install import write_executable
 
         if importlib.util.find_spec("cni_skel.warm.server") is None or \
                 "worker_socket" not in inspect.signature(write_executable).parameters:
-            raise ModeUnavailable("warm mode needs cni_skel/worker.py and launchers "
+            raise ModeUnavailable("warm mode needs cni_skel.warm.server and launchers "
                                   "(write_executable(worker_socket=...))")
         super().install(work_dir)
         sock = self.worker_socket(work_dir)

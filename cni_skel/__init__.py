@@ -10,10 +10,16 @@ imports only what it needs; ``from cni_skel import Plugin`` costs the stdlib.
     Result, Interface, IPConfig,
     Route, DNS, parse_result         result models (cni_skel.types)
     NetNS, open_netns                network namespaces (cni_skel.netns)
-    ipam_add_guard, delegate_*       IPAM delegation (cni_skel.invoke)
+    rollback, Rollback               undo a failed ADD (cni_skel.rollback)
+    ipam_add, delegate_*             IPAM delegation (cni_skel.invoke)
 """
 
 from __future__ import annotations
+
+# Not lazy: the submodule cni_skel.rollback, once imported, would be what
+# ``cni_skel.rollback`` names instead of the function (stdlib only, small).
+from .rollback import Rollback as Rollback
+from .rollback import rollback as rollback
 
 TYPE_CHECKING = False  # typing stays out of the VERSION path of plain scripts
 if TYPE_CHECKING:
@@ -30,12 +36,12 @@ _EXPORTS = {
     "Result": "types", "Interface": "types", "IPConfig": "types", "Route": "types",
     "DNS": "types", "parse_result": "types",
     "NetNS": "netns", "open_netns": "netns",
-    "ipam_add_guard": "invoke", "delegate_add": "invoke", "delegate_check": "invoke",
+    "ipam_add": "invoke", "delegate_add": "invoke", "delegate_check": "invoke",
     "delegate_del": "invoke", "delegate_status": "invoke", "delegate_gc": "invoke",
     "ALL_VERSIONS": "version", "CURRENT_VERSION": "version",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted([*_EXPORTS, "Rollback", "rollback"])
 
 
 def __getattr__(name: str) -> Any:

@@ -1,28 +1,42 @@
 """Run plugin executables the way a runtime does, in named network namespaces.
 
 No pytest here: `cni_skel.testing` builds its fixtures on this, and
-``cni-skel demo`` uses it directly. Needs root (namespaces) and iproute2
-(``ip netns exec`` gives the plugin the node namespace's own /sys).
+``cni-skel demo`` (`cni_skel.demo`) uses it directly: namespaces, plugin
+executables, and the traffic checks (`tcp_echo`, `icmp_ping`). Needs root
+(namespaces, raw sockets) and iproute2 (``ip netns exec`` gives the plugin
+the node namespace's own /sys).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import itertools
 import json
 import os
+import select
+import socket
+import struct
 import subprocess
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pyroute2 import netns as ip_netns
+
 from .errors import CNIError
-from .warm.client import DEFAULT_SOCKET, REQUIRED_ENV
+from .netns import NetNS
+from .nft import Nft, Table
+from .warm.install import write_executable
+from .warm.protocol import DEFAULT_SOCKET, REQUIRED_ENV
 
 __all__ = [
     "PluginRun",
     "TestNetNS",
     "create_netns",
+    "icmp_ping",
     "install_plugin",
     "nft_table",
     "remove_netns",
@@ -47,19 +61,15 @@ class TestNetNS:
 
 def create_netns(prefix: str = "cnsk") -> TestNetNS:
     """Create a uniquely named netns (``<prefix>-<pid>-<n>``) with ``lo`` down."""
-    from pyroute2 import netns
-
     name = f"{prefix}-{os.getpid()}-{next(_counter)}"
-    netns.create(name)
+    ip_netns.create(name)
     return TestNetNS(name, os.path.join(NETNS_DIR, name))
 
 
 def remove_netns(ns: TestNetNS) -> None:
     """Remove a namespace made by `create_netns`; missing is fine."""
-    from pyroute2 import netns
-
     if os.path.exists(ns.path):
-        netns.remove(ns.name)
+        ip_netns.remove(ns.name)
 
 
 def install_plugin(bin_dir: str | os.PathLike, name: str, ref: str, *,
@@ -76,19 +86,14 @@ def install_plugin(bin_dir: str | os.PathLike, name: str, ref: str, *,
     answers there; None writes a plain one-shot script (``install
     --one-shot``). Point it at a worker you started to test warm mode, or at
     a path where none listens to be sure the in-process path runs."""
-    from .cli import write_executable
-
     return write_executable(os.fspath(bin_dir), name, ref, python=python, force=True,
                             pythonpath=pythonpath, worker_socket=worker_socket)
 
 
-def nft_table(ns: TestNetNS | str, family: str, name: str) -> Any:
+def nft_table(ns: TestNetNS | str, family: str, name: str) -> Table | None:
     """List nftables table ``family name`` inside namespace ``ns`` (a
     `TestNetNS` or a netns path) as a `cni_skel.nft.Table`; None when absent.
     For asserting on what the kernel really holds."""
-    from .netns import NetNS
-    from .nft import Nft
-
     with NetNS.open(_ns_path(ns)) as target:
         return target.run(lambda: Nft().table(family, name))
 
@@ -99,14 +104,15 @@ def _ns_path(ns: TestNetNS | str) -> str:
 
 def tcp_echo(server_ns: TestNetNS | str, server_ip: str, client_ns: TestNetNS | str,
              dest_ip: str | None = None, port: int = 7777, payload: bytes = b"cni-skel",
-             timeout: float = 5.0) -> tuple[bytes, str]:
+             timeout: float = 5.0, dest_port: int | None = None) -> tuple[bytes, str]:
     """One TCP round trip between two namespaces, in-process (no tools needed).
 
     A listener bound to ``server_ip``:``port`` is created inside
     ``server_ns`` (a socket belongs to the namespace it was created in); a
-    client created inside ``client_ns`` connects to ``dest_ip`` (default
-    ``server_ip``; another address when a NAT rule should redirect), sends
-    ``payload`` and reads the echo. Everything is bounded by ``timeout``
+    client created inside ``client_ns`` connects to ``dest_ip``:``dest_port``
+    (default ``server_ip``:``port``; another address or port when a NAT rule,
+    such as a port mapping, should redirect), sends ``payload`` and reads
+    the echo. Everything is bounded by ``timeout``
     seconds.
 
     Returns:
@@ -115,12 +121,6 @@ def tcp_echo(server_ns: TestNetNS | str, server_ip: str, client_ns: TestNetNS | 
     Raises:
         OSError: connection refused / timed out (no route, dropped frames).
     """
-    import ipaddress
-    import socket
-    import threading
-
-    from .netns import NetNS
-
     family = socket.AF_INET6 if ipaddress.ip_address(server_ip).version == 6 else socket.AF_INET
     with NetNS.open(_ns_path(server_ns)) as sns, sns.enter():
         listener = socket.socket(family, socket.SOCK_STREAM)
@@ -149,7 +149,7 @@ def tcp_echo(server_ns: TestNetNS | str, server_ip: str, client_ns: TestNetNS | 
                 client = socket.socket(family, socket.SOCK_STREAM)
             with client:
                 client.settimeout(timeout)
-                client.connect((dest_ip or server_ip, port))
+                client.connect((dest_ip or server_ip, dest_port or port))
                 client.sendall(payload)
                 echoed = client.recv(65536)
         finally:
@@ -161,6 +161,60 @@ def tcp_echo(server_ns: TestNetNS | str, server_ip: str, client_ns: TestNetNS | 
     finally:
         listener.close()
     return echoed, (seen[0] if seen else "")
+
+
+def icmp_ping(src_ns: TestNetNS | str, dst: str, count: int = 3, timeout: float = 1.0,
+              interval: float = 0.2) -> list[float]:
+    """ICMP echo (IPv4) from inside ``src_ns`` to ``dst``, in-process (a raw
+    socket created in that namespace: root; no ping binary needed).
+
+    Sends ``count`` echo requests, ``interval`` seconds apart, and waits up
+    to ``timeout`` seconds for each reply.
+
+    Returns:
+        the round-trip times (ms) of the replies received; empty when none
+        came back.
+    """
+    with NetNS.open(_ns_path(src_ns)) as ns, ns.enter():
+        sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    ident = os.getpid() & 0xFFFF
+    payload = b"cni-skel ping"
+    rtts = []
+    with sock:
+        for seq in range(1, count + 1):
+            header = struct.pack("!BBHHH", _ICMP_ECHO_REQUEST, 0, 0, ident, seq)
+            packet = struct.pack("!BBHHH", _ICMP_ECHO_REQUEST, 0,
+                                 _inet_checksum(header + payload), ident, seq) + payload
+            sent = time.monotonic()
+            sock.sendto(packet, (dst, 0))
+            deadline = sent + timeout
+            while (left := deadline - time.monotonic()) > 0:
+                ready, _, _ = select.select([sock], [], [], left)
+                if not ready:
+                    break
+                data, addr = sock.recvfrom(2048)
+                ihl = (data[0] & 0x0F) * 4        # a raw socket gets the IP header too
+                rtype, _, _, rid, rseq = struct.unpack("!BBHHH", data[ihl:ihl + 8])
+                if addr[0] == dst and rtype == _ICMP_ECHO_REPLY and (rid, rseq) == (ident, seq):
+                    rtts.append((time.monotonic() - sent) * 1000)
+                    break
+            if seq < count:
+                time.sleep(interval)
+    return rtts
+
+
+_ICMP_ECHO_REQUEST = 8
+_ICMP_ECHO_REPLY = 0
+
+
+def _inet_checksum(data: bytes) -> int:
+    # RFC 1071: one's complement of the one's complement sum of 16-bit words.
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    total = (total >> 16) + (total & 0xFFFF)
+    total += total >> 16
+    return ~total & 0xFFFF
 
 
 @dataclass

@@ -5,7 +5,7 @@ the delegate gets the same environment with CNI_COMMAND replaced and the
 whole config we received on stdin; its stderr passes through to ours; its
 Error object comes back as a `CNIError` with code, msg and details intact.
 An ADD that fails after a successful IPAM ADD must run IPAM DEL
-(`ipam_add_guard`).
+(`ipam_add` registers it on the ADD's `cni_skel.rollback`).
 
 How a delegate is found and run is an `Exec` (Go ``invoke.Exec``, libcni's
 ``CNIConfig{exec}``): `SubprocessExec` by default; the warm worker passes its
@@ -21,8 +21,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from typing import IO, Any, Protocol
 
 from .env import CmdArgs
@@ -34,6 +33,7 @@ from .errors import (
     ERR_TRY_AGAIN_LATER,
     CNIError,
 )
+from .rollback import Rollback
 
 __all__ = [
     "DEFAULT_EXEC",
@@ -48,7 +48,7 @@ __all__ = [
     "exec_plugin",
     "find_plugin",
     "get_version_info",
-    "ipam_add_guard",
+    "ipam_add",
     "plugin_outcome",
 ]
 
@@ -233,27 +233,22 @@ def delegate_gc(plugin_type: str, stdin_data: bytes, args: CmdArgs, **kw: Any) -
     _delegate("GC", plugin_type, stdin_data, args, kw.get("timeout"), kw.get("stderr"))
 
 
-@contextmanager
-def ipam_add_guard(plugin_type: str, stdin_data: bytes, args: CmdArgs, *,
-                   version: str | None = None, timeout: float | None = None,
-                   stderr: IO[str] | None = None) -> Iterator[Any]:
-    """Run IPAM ADD and yield its result; if the block raises, run IPAM DEL
-    before re-raising, so a failed ADD never leaks an address.
+def ipam_add(undo: Rollback, plugin_type: str, stdin_data: bytes, args: CmdArgs, *,
+             version: str | None = None, timeout: float | None = None,
+             stderr: IO[str] | None = None) -> Any:
+    """IPAM ADD (`delegate_add`) whose IPAM DEL is registered on ``undo``
+    (a `cni_skel.rollback.Rollback`): if the ADD fails later, the address is
+    released before the error goes out (Go: ``defer ipam.ExecDel`` when
+    ``!success``). Returns the IPAM result as `delegate_add`.
 
-    A failure of that DEL is reported on stderr and does not hide the
-    original error (the runtime will still send DEL for the attachment).
+    Raises:
+        CNIError: as `delegate_add`; nothing is registered then.
     """
     result = delegate_add(plugin_type, stdin_data, args, version=version, timeout=timeout,
                           stderr=stderr)
-    try:
-        yield result
-    except BaseException:
-        try:
-            delegate_del(plugin_type, stdin_data, args, timeout=timeout, stderr=stderr)
-        except CNIError as exc:
-            out = stderr if stderr is not None else sys.stderr
-            out.write(f"cni-skel: IPAM DEL after failed ADD also failed: {exc}\n")
-        raise
+    undo.callback(f"IPAM DEL ({plugin_type})", delegate_del, plugin_type, stdin_data, args,
+                  timeout=timeout, stderr=stderr)
+    return result
 
 
 def get_version_info(plugin_path: str, *, cni_version: str = "1.1.0",

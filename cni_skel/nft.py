@@ -46,6 +46,7 @@ __all__ = [
     "attachment_tag",
     "generation",
     "lookup",
+    "network_tag",
     "nft_status",
 ]
 
@@ -74,6 +75,19 @@ def attachment_tag(container_id: str, ifname: str) -> str:
     if raw and len(raw) <= COMMENT_MAX:
         return tag
     return "sha256:" + hashlib.sha256(tag.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def network_tag(network: str, *, prefix: str = "n", width: int = 12) -> str:
+    """A short, stable, nftables-safe name for network ``network`` (its
+    ``name``), to prefix its chains, sets and maps: ``prefix`` + the first
+    ``width`` hex digits of SHA-256 of the name.
+
+    These names are in the kernel of live nodes, so each plugin keeps the
+    format it started with (a node upgraded in place must find its objects):
+    portmap uses the defaults (``"n" + 12 hex``), bridge ``prefix="n_",
+    width=16`` (``"n_" + 16 hex``).
+    """
+    return prefix + hashlib.sha256(network.encode()).hexdigest()[:width]
 
 
 class NftError(CNIError):

@@ -21,23 +21,13 @@ _PLUGIN = '''\
 A chained plugin: put it after the plugin that creates the interface (bridge,
 ptp, ...). Written with cni-skel; the CNI protocol (environment, stdin,
 versions, errors) is the SDK's job, this module only does networking.
-
-Config keys, besides cniVersion, name and type:
-    mtu     the MTU to set, 68..65535 (default 1400)
-
-ADD   sets the MTU of CNI_IFNAME in CNI_NETNS; returns prevResult unchanged
-      (or, run alone, a result naming the interface).
-CHECK fails (code {check_code}) when the MTU differs.
-DEL   has nothing to undo: the interface goes away with the container. It
-      must succeed even when everything is already gone.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from cni_skel import CmdArgs, CNIError, Interface, NetConf, Plugin, Result
+from cni_skel import CmdArgs, CNIError, Interface, NetConf, Plugin, Result, netlink
 from cni_skel.errors import ERR_INVALID_NETWORK_CONFIG
+from cni_skel.netns import NetNS
 from cni_skel.types import check_expressible
 from pydantic import Field
 
@@ -45,19 +35,15 @@ __all__ = ["{cls}", "{cls}Conf"]
 
 
 class {cls}Conf(NetConf):
-    """Our config: NetConf (cniVersion, name, type, prevResult, ...) plus ``mtu``."""
+    """Our config: NetConf (cniVersion, name, type, prevResult, ...) plus ``mtu``
+    (bytes, 68..65535, default 1400; out of range: code 7 naming the key)."""
 
     mtu: int = Field(1400, ge=68, le=65535)
 
 
-def _link(args: CmdArgs) -> dict:
-    # Imported here, not at the top: VERSION (asked before every command by
-    # some runtimes) then never pays for pyroute2.
-    from cni_skel import netlink
-    from cni_skel.netns import NetNS
-
-    with NetNS.open(args.netns) as pod, pod.iproute() as ipr:
-        link = netlink.find_link(ipr, args.ifname)
+def _link(ipr, args: CmdArgs) -> dict:
+    """CNI_IFNAME in the pod; code 7 when it is not there."""
+    link = netlink.find_link(ipr, args.ifname)
     if link is None:
         raise CNIError(ERR_INVALID_NETWORK_CONFIG, f"interface {{args.ifname!r}} not found",
                        "{name} configures an existing interface: chain it after the "
@@ -66,21 +52,29 @@ def _link(args: CmdArgs) -> dict:
 
 
 class {cls}(Plugin):
+    """{name}: the MTU of CNI_IFNAME in CNI_NETNS."""
+
     name = "{name}"
     config_model = {cls}Conf
 
-    def add(self, args: CmdArgs, conf: {cls}Conf) -> Any:
-        from cni_skel import netlink
-        from cni_skel.netns import NetNS
+    def add(self, args: CmdArgs, conf: {cls}Conf) -> Result:
+        """Set the MTU; return prevResult unchanged (or, run alone, a result
+        naming the interface).
 
+        Raises:
+            CNIError: 7 when CNI_IFNAME is missing; 1 when the result cannot
+                be written in the config's cniVersion (checked first).
+        """
         # Fail before the first change when the result cannot be written in
         # the config's cniVersion (before 0.3.0 a result needs an IP).
         if conf.prev_result is not None:  # chained: the result is prevResult
             check_expressible(conf.cni_version, conf.prev_result)
         else:  # ours alone: an interface, no IP
             check_expressible(conf.cni_version, has_ip=False)
-        link = _link(args)
         with NetNS.open(args.netns) as pod, pod.iproute() as ipr:
+            link = _link(ipr, args)
+            # One change, made last: nothing to undo if it fails. A plugin
+            # that makes several registers each undo on cni_skel.rollback().
             netlink.link_set(ipr, args.ifname, mtu=conf.mtu)
         if conf.prev_result is not None:
             return conf.prev_result           # a chained plugin passes the result on
@@ -88,13 +82,20 @@ class {cls}(Plugin):
                                             sandbox=args.netns)])
 
     def check(self, args: CmdArgs, conf: {cls}Conf) -> None:
-        mtu = _link(args)["mtu"]
+        """The MTU is the configured one.
+
+        Raises:
+            CNIError: {check_code} when it differs or CNI_IFNAME is missing.
+        """
+        with NetNS.open(args.netns) as pod, pod.iproute() as ipr:
+            mtu = _link(ipr, args)["mtu"]
         if mtu != conf.mtu:
             raise CNIError(ERR_INVALID_NETWORK_CONFIG,
                            f"{{args.ifname}} has MTU {{mtu}}, expected {{conf.mtu}}")
 
     def delete(self, args: CmdArgs, conf: {cls}Conf) -> None:
-        return None
+        """Nothing to undo: the interface goes away with the container. A DEL
+        must succeed even when everything is already gone."""
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from .version import (
     parse_version,
     version_at_least,
 )
-from .warm.client import MAX_STDIN_BYTES
+from .warm.protocol import MAX_STDIN_BYTES
 
 TYPE_CHECKING = False  # typing/collections.abc stay out of the VERSION path
 if TYPE_CHECKING:
@@ -64,31 +64,35 @@ def resolve_ref(ref: Any) -> Any:
 
 
 class Plugin:
-    """Base class of a CNI plugin. Subclass it and implement the verbs.
+    """Base class of a CNI plugin (Go: the functions given to
+    ``skel.PluginMain``). Subclass it, set the models and override the verbs.
 
     Class attributes:
         name: plugin name for the about text (CNI_COMMAND unset).
-        config_model: `cni_skel.config.NetConf` subclass that stdin is parsed
-            into, or a ``"module:Class"`` string to defer its import.
-        args_model: `cni_skel.args.CNIArgs` subclass for CNI_ARGS (or string);
-            None leaves CNI_ARGS unparsed (``CmdArgs.cni_args`` is None).
+        about: the about text's first line (default from ``name``).
+        config_model: the `cni_skel.config.NetConf` subclass stdin is parsed
+            into (default NetConf itself).
+        args_model: the `cni_skel.args.CNIArgs` subclass CNI_ARGS is parsed
+            into (``CmdArgs.cni_args``); None leaves CNI_ARGS unparsed.
         supported_versions: spec versions accepted in ``cniVersion``.
-        verbs: optional ``"package.module"`` whose functions ``add``,
-            ``check``, ``delete``, ``status``, ``gc``, ``validate_config``
-            (same signatures as the methods below) implement the verbs;
-            imported on first use, so the plugin class stays light for
-            VERSION. A missing function means the default below.
 
-    Handlers get the validated `CmdArgs` and the config model instance:
+    Escape hatch: ``config_model`` and ``args_model`` may also be a
+    ``"package.module:Class"`` string, imported on the first verb that needs
+    it (`resolve_ref`), for a plugin module that must not import pydantic.
+
+    Each verb gets the validated `CmdArgs` and the config model instance:
         add(args, conf) -> Result: the result in the current (1.1.0) model;
             the skel converts it to the config's cniVersion. Return
             ``conf.prev_result`` to pass a chain's result through. Check
             everything before the first side effect, including that the
             result can be expressed in the config's version
             (`cni_skel.types.check_expressible`: before 0.3.0 a result
-            needs an IP), and undo what you made if a later step fails.
+            needs an IP), and undo what you made if a later step fails
+            (`cni_skel.rollback.rollback`). Default: code 999.
         check(args, conf), delete(args, conf): return None on success.
-        status(args, conf), gc(args, conf): default to success.
+            Default: code 999.
+        status(args, conf), gc(args, conf): default to success. A GC takes
+            its keep-list from `cni_skel.config.NetConf.gc_keep`.
         validate_config(args, conf): the config checks ADD makes beyond the
             config model that need nothing but the config (no netns, no
             prevResult, nothing written); `cni-skel validate` runs them after
@@ -101,41 +105,28 @@ class Plugin:
     config_model: ClassVar[Any] = "cni_skel.config:NetConf"
     args_model: ClassVar[Any] = None
     supported_versions: ClassVar[tuple[str, ...]] = ALL_VERSIONS
-    verbs: ClassVar[str | None] = None
-
-    def _verb(self, name: str) -> Any:
-        if self.verbs is None:
-            return None
-        import importlib
-
-        return getattr(importlib.import_module(self.verbs), name, None)
 
     def add(self, args: CmdArgs, conf: Any) -> Any:
-        if (fn := self._verb("add")) is None:
-            raise CNIError(ERR_INTERNAL, f"{self.name}: ADD is not implemented")
-        return fn(args, conf)
+        """ADD; see the class docstring. Raises code 999 unless overridden."""
+        raise CNIError(ERR_INTERNAL, f"{self.name}: ADD is not implemented")
 
     def check(self, args: CmdArgs, conf: Any) -> None:
-        if (fn := self._verb("check")) is None:
-            raise CNIError(ERR_INTERNAL, f"{self.name}: CHECK is not implemented")
-        fn(args, conf)
+        """CHECK; see the class docstring. Raises code 999 unless overridden."""
+        raise CNIError(ERR_INTERNAL, f"{self.name}: CHECK is not implemented")
 
     def delete(self, args: CmdArgs, conf: Any) -> None:
-        if (fn := self._verb("delete")) is None:
-            raise CNIError(ERR_INTERNAL, f"{self.name}: DEL is not implemented")
-        fn(args, conf)
+        """DEL; see the class docstring. Raises code 999 unless overridden."""
+        raise CNIError(ERR_INTERNAL, f"{self.name}: DEL is not implemented")
 
     def status(self, args: CmdArgs, conf: Any) -> None:
-        if (fn := self._verb("status")) is not None:
-            fn(args, conf)
+        """STATUS (1.1.0); succeeds unless overridden."""
 
     def gc(self, args: CmdArgs, conf: Any) -> None:
-        if (fn := self._verb("gc")) is not None:
-            fn(args, conf)
+        """GC (1.1.0); succeeds unless overridden."""
 
     def validate_config(self, args: CmdArgs, conf: Any) -> None:
-        if (fn := self._verb("validate_config")) is not None:
-            fn(args, conf)
+        """Config checks beyond the model (`cni-skel validate`); none unless
+        overridden."""
 
     @classmethod
     def about_text(cls) -> str:

@@ -33,8 +33,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from cni_skel.cli import plugin_registry, write_executable
 from cni_skel.warm import client as launcher
+from cni_skel.warm import protocol
+from cni_skel.warm.install import plugin_registry, write_executable
 
 HERE = pathlib.Path(__file__).parent
 VECTORS = HERE / "vectors" / "go-reference-1.1.1"
@@ -86,8 +87,8 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.pop(MODES_ENV, None)
     # The suite chooses the sockets its launchers use; a value from the
     # caller's shell would redirect every launcher.
-    os.environ.pop(launcher.SOCKET_ENV, None)
-    os.environ.pop(launcher.REQUIRED_ENV, None)
+    os.environ.pop(protocol.SOCKET_ENV, None)
+    os.environ.pop(protocol.REQUIRED_ENV, None)
 
 
 # --------------------------------------------------------------------------
@@ -113,7 +114,7 @@ class SuiteWorker:
         self.sock, self.log_path = sock, log_path
         self._log_fp = open(log_path, "ab")  # noqa: SIM115 (closed in stop)
         env = {k: v for k, v in os.environ.items()
-               if k not in (launcher.SOCKET_ENV, launcher.REQUIRED_ENV)}
+               if k not in (protocol.SOCKET_ENV, protocol.REQUIRED_ENV)}
         if pythonpath:
             env["PYTHONPATH"] = os.pathsep.join(
                 [*pythonpath, *filter(None, [os.environ.get("PYTHONPATH")])])
@@ -261,7 +262,7 @@ def cni_bin(cni_mode: str, cni_worker_socket: str,
 @pytest.fixture(autouse=True)
 def _cni_worker_required(request: pytest.FixtureRequest) -> Iterator[None]:
     """In warm mode, launchers must be served by the worker: a fallback to
-    one-shot is answered with code 11 (`cni_skel.warm.client.REQUIRED_ENV`),
+    one-shot is answered with code 11 (`cni_skel.warm.protocol.REQUIRED_ENV`),
     so a broken worker fails tests instead of hiding behind the fallback.
     Set for the test's function-scoped fixtures and body; the runtime tests
     and `run_plugin_raw` pass it on to the plugins."""
@@ -271,7 +272,7 @@ def _cni_worker_required(request: pytest.FixtureRequest) -> Iterator[None]:
     worker = request.getfixturevalue("cni_worker")
     request.node.stash[_LOG_OFFSET] = (worker, worker.log_size())
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(launcher.REQUIRED_ENV, "1")
+        mp.setenv(protocol.REQUIRED_ENV, "1")
         yield
 
 

@@ -44,7 +44,7 @@ def test_demo_runs_the_main_job_and_cleans_up():
     for step in ("ADD", "ping", "tcp", "portmap", "CHECK", "DEL"):
         assert f"  {step:<8} ok" in summary, summary
     assert "3/3 replies" in summary
-    assert "'pod-a echoes: hello from node'" in summary          # through portmap
+    assert "pod-a echoed 'hello from node'" in summary          # through portmap
     assert "demo passed" in out
     assert leftovers(proc.pid) == []
 

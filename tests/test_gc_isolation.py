@@ -18,15 +18,20 @@ import os
 from typing import Any
 
 import pytest
-from cni_skel_plugins.bridge.rules import LEGACY_ALLOWED, LEGACY_PORTS, network_id
+from cni_skel_plugins.bridge.rules import LEGACY_ALLOWED, LEGACY_PORTS
 
 from cni_skel import netlink
 from cni_skel.harness import TestNetNS, nft_table, run_plugin, tcp_echo
 from cni_skel.netns import NetNS
-from cni_skel.nft import Nft
+from cni_skel.nft import Nft, network_tag
 
 BRIDGE_TABLE = "cni_skel_bridge"
 NODE_UP, OUTSIDE = "10.91.0.1", "10.91.0.2"
+
+
+def bridge_id(network: str) -> str:
+    """The prefix of a network's objects in bridge's tables."""
+    return network_tag(network, prefix="n_", width=16)
 
 
 def elements(node: TestNetNS, family: str, table: str) -> set[tuple[str, str, Any]]:
@@ -150,7 +155,7 @@ def test_bridge_gc_and_del_of_one_network_leave_the_other_intact(
     spoof = elements(node, "bridge", BRIDGE_TABLE)
     for name in {e[0] for e in spoof}:
         owners = {e[2][1] for e in spoof if e[0] == name}
-        assert len(owners) == 1 and name.startswith(network_id(f"gcnet{owners.pop()}"))
+        assert len(owners) == 1 and name.startswith(bridge_id(f"gcnet{owners.pop()}"))
     _b_traffic_ok(pods, results, uplink)
 
     # GC of A, listing only A's valid attachment (B's are not A's business)
@@ -209,7 +214,7 @@ def _to_legacy(node: TestNetNS, network: str, cid: str) -> list[tuple[str, str, 
     """Move attachment ``cid``'s spoof-check elements from its network's sets
     to the old shared ones (a pod made before the upgrade)."""
     t = nft_table(node, "bridge", BRIDGE_TABLE)
-    nid = network_id(network)
+    nid = bridge_id(network)
     tag = f"{cid}/eth0"
     [(port, mac)] = [tuple(v["concat"]) for v, c in t.elements(f"{nid}_spoofchk_allowed")
                      if c == tag]
@@ -261,7 +266,7 @@ def test_bridge_old_shared_spoof_sets_keep_working_after_an_upgrade(
     new = netns_factory("cnsk-uppod")
     r = run_plugin(exe, "ADD", a, container_id="ua9", netns=new.path, ifname="eth0", node=node)
     assert tcp_echo(pods["ua0"], ip4(results["ua0"]), new)[0] == b"cni-skel"
-    nid = network_id(a["name"])
+    nid = bridge_id(a["name"])
     assert tagged(elements(node, "bridge", BRIDGE_TABLE), "ua9") == {
         (f"{nid}_spoofchk_ports", json.dumps(r["interfaces"][1]["name"]), "ua9/eth0"),
         (f"{nid}_spoofchk_allowed", json.dumps({"concat": [r["interfaces"][1]["name"],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -75,7 +76,7 @@ def test_interpreter_path_with_spaces_goes_through_sh(tmp_path):
     odd.mkdir()
     py = odd / "python"
     py.symlink_to(sys.executable)
-    from cni_skel.cli import write_executable
+    from cni_skel.warm.install import write_executable
 
     exe = write_executable(str(tmp_path), "loopback", "cni_skel_plugins.loopback:Loopback",
                            python=str(py), launcher="python")
@@ -88,22 +89,81 @@ def test_interpreter_path_with_spaces_goes_through_sh(tmp_path):
     assert run.exit_code == 0 or "No module named 'cni_skel'" in run.stderr
 
 
-@pytest.mark.parametrize("command", ["VERSION", ""])
-def test_version_path_stays_light(loopback, command):
-    """podman runs VERSION before every command: no pydantic, no pyroute2."""
-    env = {"PATH": os.environ["PATH"]}
-    if command:
-        env["CNI_COMMAND"] = command
+def test_version_path_stays_light(loopback):
+    """podman runs VERSION before every command: no pydantic, no pyroute2,
+    not even the plugin's module (its supported versions are baked in)."""
+    env = {"PATH": os.environ["PATH"], "CNI_COMMAND": "VERSION"}
     proc = subprocess.run(python_argv(loopback, ("-X", "importtime")),
                           input=b'{"cniVersion": "1.0.0"}', env=env, capture_output=True,
                           check=False)
-    assert proc.returncode == 0
+    assert proc.returncode == 0, proc.stderr
     imported = {line.split("|")[-1].strip() for line in proc.stderr.decode().splitlines()
                 if line.startswith("import time:")}
-    heavy = {m for m in imported if m.split(".")[0] in ("pydantic", "pyroute2", "pydantic_core")}
+    heavy = {m for m in imported if m.split(".")[0] in ("pydantic", "pyroute2", "pydantic_core")
+             or m.startswith(("cni_skel_plugins", "cni_skel.skel"))}
     assert not heavy, heavy
-    if command:
-        assert json.loads(proc.stdout)["cniVersion"] == "1.0.0"
+    assert json.loads(proc.stdout)["cniVersion"] == "1.0.0"
+
+
+def test_about_text_without_a_command(loopback):
+    """No CNI_COMMAND: a human asking; the plugin's about text on stderr."""
+    proc = subprocess.run([loopback], input=b"", env={"PATH": os.environ["PATH"]},
+                          capture_output=True, check=False)
+    assert proc.returncode == 0 and proc.stdout == b"", proc
+    assert b"CNI protocol versions supported: 0.1.0" in proc.stderr, proc.stderr
+
+
+PLUGIN_THAT_SAYS_WHEN_IMPORTED = """
+import os
+
+if os.environ.get("IMPORT_LOG"):
+    with open(os.environ["IMPORT_LOG"], "a") as fp:
+        fp.write("imported\\n")
+
+from cni_skel.skel import Plugin
+
+
+class Told(Plugin):
+    name = "told"
+    supported_versions = ("0.4.0", "1.0.0", "1.1.0")
+"""
+
+
+@pytest.mark.parametrize("kind", ["script", "python", "native"])
+def test_version_is_answered_without_importing_the_plugin(tmp_path, kind):
+    """Every kind of executable answers VERSION from the versions baked in
+    at install, with the skel's bytes; any other verb imports the plugin."""
+    from cni_skel.skel import version_answer
+    from cni_skel.warm.install import find_cc, write_executable
+
+    if kind == "native" and find_cc() is None:
+        pytest.skip("no C compiler")
+    (tmp_path / "told_plugin.py").write_text(PLUGIN_THAT_SAYS_WHEN_IMPORTED)
+    exe = write_executable(str(tmp_path / "bin"), "told", "told_plugin:Told",
+                           pythonpath=[str(tmp_path)], launcher="python" if kind == "script"
+                           else kind,
+                           worker_socket=None if kind == "script" else str(tmp_path / "no.sock"))
+    assert (launcher_info(exe) or {"kind": "script"})["kind"] == kind
+    log = tmp_path / "imports.log"
+    env = {"PATH": os.environ["PATH"], "IMPORT_LOG": str(log)}
+    sys.path.insert(0, str(tmp_path))
+    try:
+        from told_plugin import Told
+    finally:
+        sys.path.remove(str(tmp_path))
+    log.unlink(missing_ok=True)
+    for stdin in (b'{"cniVersion": "1.0.0"}', b"", b"  ", b'{"cniVersion": "0.4.0\\n"}',
+                  b'{"cniVersion": "1.0"}', b"not json", b'{"cniVersion": "\\u0031.1.0"}',
+                  b"[1, 2]", b'{"cniVersion": 1}'):
+        run = run_plugin_raw(exe, "VERSION", stdin, replace_env=True,
+                             env={**env, "CNI_COMMAND": "VERSION"})
+        assert run.exit_code == 0, run
+        assert run.stdout == version_answer(Told, stdin), (stdin, run.stdout)
+    assert not log.exists(), "VERSION imported the plugin's module"
+    run = run_plugin_raw(exe, "STATUS", b'{"cniVersion": "1.1.0", "name": "n", "type": "told"}',
+                         replace_env=True, env={**env, "CNI_COMMAND": "STATUS"})
+    assert run.exit_code == 0, run
+    assert log.read_text() == "imported\n", "STATUS runs the plugin"
 
 
 def test_native_launcher_is_the_default_with_a_compiler(tmp_path, node_netns, pod_netns):
@@ -147,3 +207,125 @@ def test_launcher_kind_without_a_compiler(tmp_path):
     assert launcher_info(str(tmp_path / "loopback"))["kind"] == "python", "left as it was"
     shot = install("--one-shot")
     assert shot.returncode == 0 and "(one-shot)" in shot.stdout, shot
+
+
+def test_install_errors_are_not_click_exceptions(tmp_path):
+    """`cni_skel.warm.install` does not depend on click: its refusals are
+    InstallError, with the message the CLI shows."""
+    import click
+
+    from cni_skel.warm.install import InstallError, write_executable
+
+    (tmp_path / "loopback").write_bytes(b"\x7fELF a Go binary")
+    with pytest.raises(InstallError, match="--force") as caught:
+        write_executable(str(tmp_path), "loopback", "cni_skel_plugins.loopback:Loopback")
+    assert not isinstance(caught.value, click.ClickException)
+    with pytest.raises(InstallError, match="unknown launcher kind"):
+        write_executable(str(tmp_path), "x", "m:C", launcher="rust")
+    with pytest.raises(InstallError, match="newline"):
+        write_executable(str(tmp_path), "x", "m:C", worker_socket="/run/a\nb", launcher="python")
+
+
+def _code_of(c_source: str) -> str:
+    return re.sub(r"/\*.*?\*/", " ", c_source, flags=re.S)
+
+
+def test_the_native_launcher_takes_the_protocol_from_protocol_py(tmp_path):
+    """launcher_protocol.h, generated from `cni_skel.warm.protocol`, holds
+    the same values (compiled and printed), and launcher.c writes none of
+    them itself."""
+    from cni_skel.warm import install, protocol
+
+    cc = install.find_cc()
+    if cc is None:
+        pytest.skip("no C compiler")
+    (tmp_path / "launcher_protocol.h").write_text(install.protocol_header())
+    (tmp_path / "dump.c").write_text(r"""
+#include <stdio.h>
+#include "launcher_protocol.h"
+static const char *names[] = CSK_STATUS_NAMES;
+int main(void) {
+    printf("%s\n%s\n%s\n%s\n%s\n", CSK_REQUEST_MAGIC, CSK_REPLY_MAGIC, CSK_KIND_RUN,
+           CSK_SOCKET_ENV, CSK_REQUIRED_ENV);
+    printf("%s\n%s\n%s\n", CSK_HANDOVER_LAUNCH, CSK_HANDOVER_NOT_SERVED, CSK_HANDOVER_GONE);
+    printf("%d %d %d %d %d %d %d %d %u %d\n", CSK_MAGIC_LEN, CSK_REQUEST_HEADER, CSK_ST_DONE,
+           CSK_STATUS_COUNT, CSK_REPLY_STATUS_AT, CSK_REPLY_CODE_AT, CSK_REPLY_LENGTH_AT,
+           CSK_REPLY_HEADER, CSK_MAX_STDIN, CSK_REPLY_TIMEOUT);
+    for (int i = 0; i < CSK_STATUS_COUNT; i++) printf("%s\n", names[i]);
+    return 0;
+}
+""")
+    exe = tmp_path / "dump"
+    subprocess.run([cc, "-o", str(exe), str(tmp_path / "dump.c")], check=True)
+    got = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+    p = protocol
+    want = [p.REQUEST_MAGIC.decode(), p.REPLY_MAGIC.decode(), p.KIND_RUN.decode(), p.SOCKET_ENV,
+            p.REQUIRED_ENV, p.HANDOVER_LAUNCH, p.HANDOVER_NOT_SERVED, p.HANDOVER_GONE,
+            " ".join(str(v) for v in (
+                len(p.REQUEST_MAGIC), p.REQUEST_HEADER, p.ST_DONE, len(p.STATUS_NAMES),
+                p.REPLY_STATUS_AT, p.REPLY_CODE_AT, p.REPLY_LENGTH_AT, p.REPLY_HEADER,
+                p.MAX_STDIN_BYTES, p.REPLY_TIMEOUT)),
+            *p.STATUS_NAMES]
+    assert got.splitlines() == want
+
+    with open(os.path.join(os.path.dirname(install.__file__), "launcher.c")) as fp:
+        code = _code_of(fp.read())
+    strings = [p.REQUEST_MAGIC.decode(), p.REPLY_MAGIC.decode(), p.KIND_RUN.decode(),
+               p.SOCKET_ENV, p.REQUIRED_ENV, p.HANDOVER_LAUNCH, p.HANDOVER_NOT_SERVED,
+               p.HANDOVER_GONE, *p.STATUS_NAMES]
+    literals = re.findall(r'"((?:[^"\\]|\\.)*)"', code)
+    # (a word as short as "run" counts only as a whole literal: "cannot run %s" is prose)
+    copied = [s for s in strings if s in literals or (len(s) > 3 and any(
+        re.search(rf"(?<![\w-]){re.escape(s)}(?![\w-])", lit) for lit in literals))]
+    numbers = [p.MAX_STDIN_BYTES, p.MAX_REQUEST_BYTES, p.REPLY_TIMEOUT, p.REPLY_HEADER]
+    copied += [n for n in numbers if re.search(rf"\b{n}\b", code)]
+    assert not copied, f"launcher.c has its own copy of {copied}"
+
+
+@pytest.mark.parametrize("kind", ["python", "native"])
+def test_launcher_info_reads_the_trailer_and_caches_by_inode_and_mtime(tmp_path, monkeypatch,
+                                                                        kind):
+    from cni_skel.warm import install
+
+    if kind == "native" and install.find_cc() is None:
+        pytest.skip("no C compiler")
+    exe = install.write_executable(str(tmp_path), "loopback", "cni_skel_plugins.loopback:Loopback",
+                                   worker_socket=str(tmp_path / "w.sock"), launcher=kind)
+    with open(exe, "rb") as fp:
+        tail = fp.read()[-install.TRAILER_SIZE:]
+    assert re.fullmatch(rb"# CNI-SKEL-LAUNCHER \d{8}\n", tail), tail
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda path, *a, **kw: (opened.append(path),
+                                                            real_open(path, *a, **kw))[1])
+    info = install.launcher_info(exe)
+    assert info is not None and info["kind"] == kind and info["socket"] == str(tmp_path / "w.sock")
+    assert opened == [exe]
+    info["ref"] = "changed by the caller"
+    assert install.launcher_info(exe)["ref"] == "cni_skel_plugins.loopback:Loopback"
+    assert opened == [exe], "a second look is one stat"
+    with open(exe, "ab") as fp:
+        fp.write(b"\n")  # no longer ends with the trailer
+    assert install.launcher_info(exe) is None and opened == [exe, exe]
+    script = install.write_executable(str(tmp_path), "one", "cni_skel_plugins.loopback:Loopback",
+                                      worker_socket=None)
+    assert install.launcher_info(script) is None
+    go = "/usr/lib/cni/loopback"
+    if os.path.exists(go):
+        assert install.launcher_info(go) is None
+        del opened[:]
+        assert install.launcher_info(go) is None and opened == [], "a Go binary: cached too"
+
+
+def test_protocol_values_agree_with_the_rest_of_the_sdk():
+    from cni_skel import errors
+    from cni_skel.warm import install, protocol
+
+    assert protocol.ERR_TRY_AGAIN_LATER == errors.ERR_TRY_AGAIN_LATER
+    assert install.DEFAULT_WORKER_SOCKET == protocol.DEFAULT_SOCKET
+    assert protocol.decode_reply_header(protocol.encode_reply(protocol.ST_REFUSED, 7, b"xy")) \
+        == (protocol.ST_REFUSED, 7, 2)
+    frame = protocol.encode_request([b"a", b"", b"bc"])
+    assert protocol.request_length(frame[:protocol.REQUEST_HEADER]) \
+        == len(frame) - protocol.REQUEST_HEADER
+    assert protocol.decode_fields(frame[protocol.REQUEST_HEADER:]) == [b"a", b"", b"bc"]

@@ -24,6 +24,7 @@ from cni_skel.nft import (
     attachment_tag,
     generation,
     lookup,
+    network_tag,
     nft_status,
 )
 from cni_skel.skel import dispatch
@@ -35,6 +36,26 @@ def test_attachment_tag_fits_a_comment():
     tag = attachment_tag(long_id, "eth0")
     assert tag.startswith("sha256:") and len(tag) <= COMMENT_MAX
     assert tag == attachment_tag(long_id, "eth0") != attachment_tag(long_id, "eth1")
+
+
+def test_network_tag_keeps_each_plugins_names_in_the_kernel():
+    """Tables of live nodes hold these names: an upgrade must find them."""
+    # portmap: "n" + 12 hex (its chains dnat_<tag>_<conditions>, maps <tag>_...)
+    assert network_tag("dbnet") == "ndee66907ce05"
+    assert network_tag("k8s-pod-network") == "n6c6f91f4c779"
+    # bridge: "n_" + 16 hex (its chain <tag>, sets <tag>_pods4, <tag>_spoofchk_ports, ...)
+    assert network_tag("dbnet", prefix="n_", width=16) == "n_dee66907ce05048a"
+    assert network_tag("cni0-net", prefix="n_", width=16) == "n_727e6b21a043a1fd"
+
+
+def test_plugins_name_their_objects_as_before():
+    from cni_skel_plugins.bridge.rules import Masquerade, SpoofCheck
+    from cni_skel_plugins.portmap.layout import group_id
+
+    assert group_id("dbnet", [], []) == "ndee66907ce05_a6830960"
+    masq, spoof = Masquerade("dbnet", nft=object()), SpoofCheck("dbnet", nft=object())
+    assert masq.id == spoof.id == "n_dee66907ce05048a"
+    assert masq.set_names(4) == ("n_dee66907ce05048a_pods4", "n_dee66907ce05048a_local4")
 
 
 def _in(ns, fn):

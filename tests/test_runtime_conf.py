@@ -277,7 +277,7 @@ def test_request_config_for_gc_and_status():
 def test_runtime_conf_args():
     rt = RuntimeConf("c", args="IgnoreUnknown=1;K8S_POD_NAME=p")
     assert rt.args == [("IgnoreUnknown", "1"), ("K8S_POD_NAME", "p")]
-    assert rt.cni_args == "IgnoreUnknown=1;K8S_POD_NAME=p"
+    assert rt.args_string() == "IgnoreUnknown=1;K8S_POD_NAME=p"
     assert RuntimeConf("c").ifname == "eth0" and RuntimeConf("c").capability_args == {}
     with pytest.raises(CNIError) as err:
         RuntimeConf("c", args="novalue")
@@ -300,8 +300,8 @@ def test_cnitool_container_id_and_netns_resolution(tmp_path, monkeypatch):
 
 
 def test_runtime_defaults_are_libcnis():
-    rt = Runtime()
-    assert (rt.conf_dir, rt.bin_dirs, rt.cache_dir) == \
+    cni = Runtime()
+    assert (cni.conf_dir, cni.bin_dirs, cni.cache_dir) == \
         ("/etc/cni/net.d", ["/opt/cni/bin"], "/var/lib/cni")
     assert Runtime(bin_dirs="/a::/b").bin_dirs == ["/a", "/b"]
     assert Runtime(plugin_netns="node1").plugin_netns == "/run/netns/node1"

@@ -13,6 +13,7 @@ import base64
 import json
 import os
 import stat
+import subprocess
 import sys
 import threading
 import time
@@ -117,14 +118,14 @@ def env(tmp_path, node_netns, pod_netns):
     e.cache = tmp_path / "cache"
     e.record = str(tmp_path / "record.jsonl")
     e.node, e.pod = node_netns, pod_netns
-    e.rt = Runtime(conf_dir=str(e.conf_dir), bin_dirs=[str(e.bin)], cache_dir=str(e.cache),
-                   plugin_netns=node_netns.path, timeout=30)
+    e.cni = Runtime(conf_dir=str(e.conf_dir), bin_dirs=[str(e.bin)], cache_dir=str(e.cache),
+                    plugin_netns=node_netns.path, timeout=30)
 
     def write(name, plugins, version="1.1.0", filename=None, **extra):
         doc = {"cniVersion": version, "name": name, **extra,
                "plugins": [{"record": e.record, **p} for p in plugins]}
         (e.conf_dir / (filename or f"10-{name}.conflist")).write_text(json.dumps(doc))
-        return e.rt.load_conflist(name)
+        return e.cni.load_conflist(name)
 
     e.write = write
     e.records = lambda: records(e.record)
@@ -150,7 +151,7 @@ PORTS = [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]
 
 def test_add_chains_prev_result_in_order_inside_the_node_netns(env):
     net = three(env)
-    result = env.rt.add(net, rtc(env, args="K8S_POD_NAME=p1;IgnoreUnknown=1",
+    result = env.cni.add(net, rtc(env, args="K8S_POD_NAME=p1;IgnoreUnknown=1",
                                  capability_args={"portMappings": PORTS, "mac": "aa:bb"}))
     assert [i.name for i in result.interfaces] == ["a", "b", "c"]
     assert str(result.ips[0].address) == "10.1.2.3/24"
@@ -176,7 +177,7 @@ def test_add_chains_prev_result_in_order_inside_the_node_netns(env):
 
 def test_add_converts_prev_result_to_the_list_version(env):
     net = three(env, "0.4.0")
-    result = env.rt.add(net, rtc(env))
+    result = env.cni.add(net, rtc(env))
     recs = env.records()
     assert recs[1]["conf"]["prevResult"]["cniVersion"] == "0.4.0"
     assert recs[1]["conf"]["prevResult"]["ips"][0]["version"] == "4"   # 0.4.0 shape
@@ -186,10 +187,10 @@ def test_add_converts_prev_result_to_the_list_version(env):
 def test_add_validates_the_attachment_before_running_anything(env):
     net = three(env)
     with pytest.raises(CNIError) as err:
-        env.rt.add(net, RuntimeConf("bad/id", env.pod.path, "eth0"))
+        env.cni.add(net, RuntimeConf("bad/id", env.pod.path, "eth0"))
     assert err.value.code == 4 and "containerID" in err.value.msg
     with pytest.raises(CNIError) as err:
-        env.rt.add(net, RuntimeConf("ctr1", env.pod.path, "a-very-long-ifname0"))
+        env.cni.add(net, RuntimeConf("ctr1", env.pod.path, "a-very-long-ifname0"))
     assert err.value.code == 4
     assert env.records() == []
 
@@ -201,9 +202,9 @@ def test_cache_file_is_libcnis_format(env):
     net = three(env)
     conf_bytes = (env.conf_dir / "10-net.conflist").read_bytes()
     rt = rtc(env, args=[("K8S_POD_NAME", "p1")], capability_args={"portMappings": PORTS})
-    result = env.rt.add(net, rt)
+    result = env.cni.add(net, rt)
     path = env.cache / "results" / "net-ctr1-eth0"
-    assert env.rt.cache_path("net", rt) == str(path)
+    assert env.cni.cache_path("net", rt) == str(path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE((env.cache / "results").stat().st_mode) == 0o700
     doc = json.loads(path.read_bytes())
@@ -222,7 +223,7 @@ def test_cache_file_is_libcnis_format(env):
 
 def test_cache_omits_empty_fields_as_libcni(env):
     net = three(env)
-    env.rt.add(net, RuntimeConf("ctr2", "", "eth0"))
+    env.cni.add(net, RuntimeConf("ctr2", "", "eth0"))
     doc = json.loads((env.cache / "results" / "net-ctr2-eth0").read_bytes())
     assert list(doc) == ["kind", "containerId", "config", "ifName", "networkName", "result"]
 
@@ -243,20 +244,20 @@ def test_reads_cache_written_by_libcni(env):
                                   "gateway": "10.88.2.1"}], "dns": {}}}
     (results / "net-b467fd2e-eth0").write_text(json.dumps(go_doc))
     rt = RuntimeConf("b467fd2e", "", "eth0")
-    cached = env.rt.get_cached_result(net, rt)
+    cached = env.cni.get_cached_result(net, rt)
     assert str(cached.ips[0].address) == "10.88.2.2/24"
-    config, cached_rt = env.rt.get_cached_config(net, rt)
+    config, cached_rt = env.cni.get_cached_config(net, rt)
     assert config == b'{"name":"net"}'
     assert cached_rt.args == [("IgnoreUnknown", "1"), ("K8S_POD_NAME", "demo-pod1")]
     assert cached_rt.capability_args["portMappings"][0]["hostPort"] == 18082
-    [att] = env.rt.get_cached_attachments()
+    [att] = env.cni.get_cached_attachments()
     assert (att.container_id, att.network, att.ifname, att.netns) == \
         ("b467fd2e", "net", "eth0", "/var/run/netns/cni-1")
-    assert env.rt.get_cached_attachments("other") == []
+    assert env.cni.get_cached_attachments("other") == []
     # A pre-cniCacheV1 file holding a bare result is still a cached result.
     (results / "net-old-eth0").write_text(json.dumps(go_doc["result"]))
-    assert env.rt.get_cached_result(net, RuntimeConf("old", "", "eth0")).ips
-    assert [a.container_id for a in env.rt.get_cached_attachments()] == ["b467fd2e"]
+    assert env.cni.get_cached_result(net, RuntimeConf("old", "", "eth0")).ips
+    assert [a.container_id for a in env.cni.get_cached_attachments()] == ["b467fd2e"]
 
 
 # --- DEL -------------------------------------------------------------------------
@@ -265,9 +266,9 @@ def test_reads_cache_written_by_libcni(env):
 def test_del_reverse_order_with_cached_result_then_cache_gone(env):
     net = three(env)
     rt = rtc(env, capability_args={"portMappings": PORTS})
-    result = env.rt.add(net, rt)
+    result = env.cni.add(net, rt)
     os.unlink(env.record)
-    env.rt.delete(net, rt)
+    env.cni.delete(net, rt)
     recs = env.records()
     assert [(r["plugin"], r["cmd"]) for r in recs] == [
         ("fake-c", "DEL"), ("fake-b", "DEL"), ("fake-a", "DEL")]
@@ -277,7 +278,7 @@ def test_del_reverse_order_with_cached_result_then_cache_gone(env):
     assert not (env.cache / "results" / "net-ctr1-eth0").exists()
     # Again, netns gone and no cache: plugins still get DEL, without prevResult.
     os.unlink(env.record)
-    env.rt.delete(net, RuntimeConf("ctr1", "", "eth0"))
+    env.cni.delete(net, RuntimeConf("ctr1", "", "eth0"))
     recs = env.records()
     assert len(recs) == 3 and all("prevResult" not in r["conf"] for r in recs)
     assert recs[0]["env"]["CNI_NETNS"] == ""
@@ -285,9 +286,9 @@ def test_del_reverse_order_with_cached_result_then_cache_gone(env):
 
 def test_del_below_040_sends_no_prev_result(env):
     net = three(env, "0.3.1")
-    env.rt.add(net, rtc(env))
+    env.cni.add(net, rtc(env))
     os.unlink(env.record)
-    env.rt.delete(net, rtc(env))
+    env.cni.delete(net, rtc(env))
     assert all("prevResult" not in r["conf"] for r in env.records())
 
 
@@ -296,7 +297,7 @@ def test_del_with_corrupt_cache_goes_on_without_it(env):
     results = env.cache / "results"
     results.mkdir(parents=True)
     (results / "net-ctr1-eth0").write_text('{"kind": "cniCacheV1", "result": {"ips": 5}}')
-    env.rt.delete(net, rtc(env))
+    env.cni.delete(net, rtc(env))
     assert all("prevResult" not in r["conf"] for r in env.records())
     assert not (results / "net-ctr1-eth0").exists()
 
@@ -304,10 +305,10 @@ def test_del_with_corrupt_cache_goes_on_without_it(env):
 def test_del_failure_stops_and_keeps_the_cache(env):
     net = env.write("net", [{"type": "fake-a"}, {"type": "fake-b", "fake": {
         "DEL": {"code": 11, "msg": "busy", "details": "try later"}}}, {"type": "fake-c"}])
-    env.rt.add(net, rtc(env))
+    env.cni.add(net, rtc(env))
     os.unlink(env.record)
     with pytest.raises(PluginError) as err:
-        env.rt.delete(net, rtc(env))
+        env.cni.delete(net, rtc(env))
     assert (err.value.code, err.value.plugin_type, err.value.index) == (11, "fake-b", 2)
     assert [r["plugin"] for r in env.records()] == ["fake-c", "fake-b"]
     assert (env.cache / "results" / "net-ctr1-eth0").exists()
@@ -318,9 +319,9 @@ def test_del_failure_stops_and_keeps_the_cache(env):
 
 def test_check_in_order_with_cached_result(env):
     net = three(env)
-    result = env.rt.add(net, rtc(env))
+    result = env.cni.add(net, rtc(env))
     os.unlink(env.record)
-    env.rt.check(net, rtc(env))
+    env.cni.check(net, rtc(env))
     recs = env.records()
     assert [r["plugin"] for r in recs] == ["fake-a", "fake-b", "fake-c"]
     assert all(r["conf"]["prevResult"] == result.to_version("1.1.0") for r in recs)
@@ -330,9 +331,9 @@ def test_check_in_order_with_cached_result(env):
 def test_check_honours_disable_check(env):
     net = three(env, disableCheck=True)
     assert net.disable_check
-    env.rt.add(net, rtc(env))
+    env.cni.add(net, rtc(env))
     os.unlink(env.record)
-    env.rt.check(net, rtc(env))
+    env.cni.check(net, rtc(env))
     assert env.records() == []
 
 
@@ -341,7 +342,7 @@ def test_check_refused_below_040(env, version):
     for disable in (False, True):
         net = three(env, version, disableCheck=disable)
         with pytest.raises(CNIError) as err:
-            env.rt.check(net, rtc(env))
+            env.cni.check(net, rtc(env))
         assert err.value.code == 1
         assert f'configuration version "{version}" does not support the CHECK command' \
             in err.value.msg
@@ -354,12 +355,12 @@ def test_check_refused_below_040(env, version):
 def test_gc_deletes_stale_cached_attachments_then_gcs_every_plugin(env):
     net = three(env)
     other = env.write("other", [{"type": "fake-a"}])
-    env.rt.add(net, rtc(env, "c1"))
-    env.rt.add(net, rtc(env, "c2", args="A=1", capability_args={"portMappings": PORTS}))
-    env.rt.add(net, rtc(env, "c1", "eth1"))
-    env.rt.add(other, rtc(env, "c9"))
+    env.cni.add(net, rtc(env, "c1"))
+    env.cni.add(net, rtc(env, "c2", args="A=1", capability_args={"portMappings": PORTS}))
+    env.cni.add(net, rtc(env, "c1", "eth1"))
+    env.cni.add(other, rtc(env, "c9"))
     os.unlink(env.record)
-    removed = env.rt.gc(net, [GCAttachment("c1", "eth0"), ("c9", "eth0")])
+    removed = env.cni.gc(net, [GCAttachment("c1", "eth0"), ("c9", "eth0")])
     assert sorted((a.container_id, a.ifname) for a in removed) == [("c1", "eth1"), ("c2", "eth0")]
     recs = env.records()
     dels = [(r["plugin"], r["env"]["CNI_CONTAINERID"], r["env"]["CNI_IFNAME"])
@@ -379,23 +380,23 @@ def test_gc_deletes_stale_cached_attachments_then_gcs_every_plugin(env):
         assert r["conf"]["cni.dev/attachments"] == r["conf"]["cni.dev/valid-attachments"]
         assert r["env"]["CNI_CONTAINERID"] == "" and r["env"]["CNI_PATH"] == str(env.bin)
         assert "runtimeConfig" not in r["conf"] and "prevResult" not in r["conf"]
-    assert [a.container_id for a in env.rt.get_cached_attachments()] == ["c1", "c9"]
+    assert [a.container_id for a in env.cni.get_cached_attachments()] == ["c1", "c9"]
 
 
 def test_gc_honours_disable_gc_and_skips_plugin_gc_below_110(env):
     net = three(env, disableGC=True)
-    env.rt.add(net, rtc(env, "c1"))
+    env.cni.add(net, rtc(env, "c1"))
     os.unlink(env.record)
-    assert env.rt.gc(net, []) == []
+    assert env.cni.gc(net, []) == []
     assert env.records() == []
     old = three(env, "1.0.0")
-    assert [a.container_id for a in env.rt.gc(old, [])] == ["c1"]
+    assert [a.container_id for a in env.cni.gc(old, [])] == ["c1"]
     assert {r["cmd"] for r in env.records()} == {"DEL"}            # no GC verb in 1.0.0
 
 
 def test_gc_without_valid_list_sends_no_key_as_libcni(env):
     net = three(env)
-    env.rt.gc(net)
+    env.cni.gc(net)
     recs = env.records()
     assert [r["cmd"] for r in recs] == ["GC"] * 3
     assert all("cni.dev/valid-attachments" not in r["conf"] for r in recs)
@@ -405,10 +406,10 @@ def test_gc_goes_on_past_errors_and_reports_them_all(env):
     net = env.write("net", [{"type": "fake-a", "fake": {"GC": {"code": 5, "msg": "disk"}}},
                             {"type": "fake-b", "fake": {"DEL": {"code": 7, "msg": "nope"}}},
                             {"type": "fake-c"}])
-    env.rt.add(net, rtc(env, "c1"))
+    env.cni.add(net, rtc(env, "c1"))
     os.unlink(env.record)
     with pytest.raises(GCError) as err:
-        env.rt.gc(net, [])
+        env.cni.gc(net, [])
     assert len(err.value.errors) == 2 and err.value.code == 7
     assert "stale attachment c1 eth0" in str(err.value.errors[0])
     assert isinstance(err.value.errors[1], PluginError) and err.value.errors[1].msg == "disk"
@@ -421,14 +422,14 @@ def test_gc_with_our_host_local_releases_what_nobody_uses(env, cni_bin):
     ipam = {"type": "host-local", "ranges": [[{"subnet": "10.42.0.0/24"}]], "dataDir": str(data)}
     (env.conf_dir / "10-hl.conflist").write_text(json.dumps(
         {"cniVersion": "1.1.0", "name": "hl", "plugins": [{"type": "host-local", "ipam": ipam}]}))
-    rt = Runtime(conf_dir=str(env.conf_dir), bin_dirs=[cni_bin], cache_dir=str(env.cache),
-                 plugin_netns=env.node.path)
-    net = rt.load_conflist("hl")
+    cni = Runtime(conf_dir=str(env.conf_dir), bin_dirs=[cni_bin], cache_dir=str(env.cache),
+                  plugin_netns=env.node.path)
+    net = cni.load_conflist("hl")
     for cid in ("keep", "stale", "lost"):
-        rt.add(net, RuntimeConf(cid, env.pod.path, "eth0"))
+        cni.add(net, RuntimeConf(cid, env.pod.path, "eth0"))
     os.unlink(env.cache / "results" / "hl-lost-eth0")   # the runtime forgot it
     assert len(list((data / "hl").glob("10.42.0.*"))) == 3
-    removed = rt.gc(net, [GCAttachment("keep", "eth0")])
+    removed = cni.gc(net, [GCAttachment("keep", "eth0")])
     assert [a.container_id for a in removed] == ["stale"]          # DEL through the cache
     left = list((data / "hl").glob("10.42.0.*"))                  # plugin GC got "lost"
     assert len(left) == 1 and left[0].read_text().startswith("keep")
@@ -439,7 +440,7 @@ def test_gc_with_our_host_local_releases_what_nobody_uses(env, cni_bin):
 
 def test_status_asks_every_plugin_in_order(env):
     net = three(env)
-    assert env.rt.status(net) is True
+    assert env.cni.status(net) is True
     recs = env.records()
     assert [(r["plugin"], r["cmd"]) for r in recs] == [
         ("fake-a", "STATUS"), ("fake-b", "STATUS"), ("fake-c", "STATUS")]
@@ -451,14 +452,14 @@ def test_status_stops_at_the_first_plugin_not_ready(env):
         "STATUS": {"code": 50, "msg": "no IPs left", "details": "range 10.0.0.0/30 full"}}},
         {"type": "fake-c"}])
     with pytest.raises(PluginError) as err:
-        env.rt.status(net)
+        env.cni.status(net)
     assert (err.value.code, err.value.msg, err.value.details) == \
         (50, "no IPs left", "range 10.0.0.0/30 full")
     assert [r["plugin"] for r in env.records()] == ["fake-a", "fake-b"]
 
 
 def test_status_below_110_asks_nobody(env):
-    assert env.rt.status(three(env, "1.0.0")) is False
+    assert env.cni.status(three(env, "1.0.0")) is False
     assert env.records() == []
 
 
@@ -466,9 +467,9 @@ def test_status_of_our_host_local(env, cni_bin):
     (env.conf_dir / "10-hl.conflist").write_text(json.dumps(
         {"cniVersion": "1.1.0", "name": "hl", "plugins": [{"type": "host-local", "ipam": {
             "type": "host-local", "subnet": "10.43.0.0/24", "dataDir": str(env.tmp / "d")}}]}))
-    rt = Runtime(conf_dir=str(env.conf_dir), bin_dirs=[cni_bin], cache_dir=str(env.cache),
-                 plugin_netns=env.node.path)
-    assert rt.status(rt.load_conflist("hl")) is True
+    cni = Runtime(conf_dir=str(env.conf_dir), bin_dirs=[cni_bin], cache_dir=str(env.cache),
+                  plugin_netns=env.node.path)
+    assert cni.status(cni.load_conflist("hl")) is True
 
 
 # --- errors -------------------------------------------------------------------
@@ -480,7 +481,7 @@ def test_plugin_error_carries_code_msg_details_stderr_and_which_plugin(env):
         "ADD": {"code": 7, "msg": "invalid bridge", "details": "bridge cni0 is a dummy"}}},
         {"type": "fake-c"}])
     with pytest.raises(PluginError) as err:
-        env.rt.add(net, rtc(env))
+        env.cni.add(net, rtc(env))
     e = err.value
     assert (e.code, e.msg, e.details) == (7, "invalid bridge", "bridge cni0 is a dummy")
     assert (e.plugin_type, e.index, e.count, e.command, e.network) == \
@@ -499,25 +500,25 @@ def test_plugin_error_carries_code_msg_details_stderr_and_which_plugin(env):
 def test_bad_plugin_output(env, fake, code, text):
     net = env.write("net", [{"type": "fake-a", "fake": fake}])
     with pytest.raises(PluginError) as err:
-        env.rt.add(net, rtc(env))
+        env.cni.add(net, rtc(env))
     assert err.value.code == code and text in str(err.value)
 
 
 def test_missing_plugin_names_it(env):
     net = env.write("net", [{"type": "fake-a"}, {"type": "no-such-plugin"}])
     with pytest.raises(PluginError) as err:
-        env.rt.add(net, rtc(env))
+        env.cni.add(net, rtc(env))
     assert err.value.code == 7 and err.value.plugin_type == "no-such-plugin"
     assert 'failed to find plugin "no-such-plugin"' in err.value.msg
 
 
 def test_timeout_kills_the_plugin_with_code_11(env):
     net = env.write("net", [{"type": "fake-a", "fake": {"sleep": 20}}])
-    rt = Runtime(conf_dir=str(env.conf_dir), bin_dirs=[str(env.bin)], cache_dir=str(env.cache),
-                 plugin_netns=env.node.path, timeout=0.5)
+    cni = Runtime(conf_dir=str(env.conf_dir), bin_dirs=[str(env.bin)], cache_dir=str(env.cache),
+                  plugin_netns=env.node.path, timeout=0.5)
     started = time.monotonic()
     with pytest.raises(PluginError) as err:
-        rt.add(net, rtc(env))
+        cni.add(net, rtc(env))
     assert time.monotonic() - started < 10
     assert err.value.code == 11 and "timed out" in err.value.msg
 
@@ -529,7 +530,7 @@ def test_text_file_busy_is_retried(env):
     timer = threading.Timer(0.2, writer.close)
     timer.start()
     try:
-        result = env.rt.add(net, rtc(env))
+        result = env.cni.add(net, rtc(env))
     finally:
         timer.join()
     assert [i.name for i in result.interfaces] == ["fake-a"]
@@ -542,25 +543,102 @@ def test_preflight_refuses_a_version_a_plugin_lacks(env):
     net = env.write("net", [{"type": "fake-a"}, {"type": "fake-old",
                                                  "capabilities": {"mac": True}}])
     with pytest.raises(CNIError) as err:
-        env.rt.validate(net)
+        env.cni.validate(net)
     assert err.value.code == 1 and 'plugin "fake-old" does not support config version "1.1.0"' \
         in err.value.details
-    rt = Runtime(conf_dir=str(env.conf_dir), bin_dirs=[str(env.bin)], cache_dir=str(env.cache),
-                 plugin_netns=env.node.path, preflight=True)
+    cni = Runtime(conf_dir=str(env.conf_dir), bin_dirs=[str(env.bin)], cache_dir=str(env.cache),
+                  plugin_netns=env.node.path, preflight=True)
     with pytest.raises(CNIError):
-        rt.add(net, rtc(env))
+        cni.add(net, rtc(env))
     assert [r["cmd"] for r in env.records()] == []       # nothing ran
-    assert env.rt.validate(net.with_version("1.0.0")) == ["mac"]
+    assert env.cni.validate(net.with_version("1.0.0")) == ["mac"]
 
 
 def test_negotiate_version_from_cni_versions(env):
     net = env.write("net", [{"type": "fake-a"}, {"type": "fake-old"}], version="0.4.0",
                     cniVersions=["1.0.0", "1.1.0"])
     assert net.cni_version == "1.1.0"
-    assert env.rt.negotiate_version(net).cni_version == "1.0.0"
+    assert env.cni.negotiate_version(net).cni_version == "1.0.0"
     with pytest.raises(CNIError) as err:
-        env.rt.negotiate_version(net, ["1.1.0"])
+        env.cni.negotiate_version(net, ["1.1.0"])
     assert err.value.code == 1
+
+
+# --- the executor seam -----------------------------------------------------------
+
+
+class RecordingExec:
+    """An `Exec` that starts no process: it records each lookup and call and
+    answers canned bytes (VERSION: 1.0.0 and 1.1.0; ADD: the prevResult, or
+    a first result, with one interface named after the plugin added)."""
+
+    def __init__(self):
+        self.found: list[tuple[str, list[str]]] = []
+        self.calls: list[dict] = []
+
+    def find(self, plugin_type, paths):
+        self.found.append((plugin_type, list(paths)))
+        return f"/fake-bin/{plugin_type}"
+
+    def run(self, plugin_path, command, stdin_data, env, *, timeout=None, stderr=None):
+        conf = json.loads(stdin_data)
+        self.calls.append({"path": plugin_path, "command": command, "conf": conf,
+                           "env": {k: v for k, v in env.items() if k.startswith("CNI_")},
+                           "timeout": timeout})
+        if command == "VERSION":
+            return json.dumps({"cniVersion": conf["cniVersion"],
+                               "supportedVersions": ["1.0.0", "1.1.0"]}).encode()
+        if command != "ADD":
+            return b""
+        answer = json.loads(stdin_data)           # not the recorded copy
+        result = answer.get("prevResult") or {"ips": [{"address": "10.1.2.3/24"}]}
+        result["cniVersion"] = answer["cniVersion"]
+        result.setdefault("interfaces", []).append({"name": answer["type"]})
+        return json.dumps(result).encode()
+
+
+def test_every_plugin_call_goes_through_the_runtimes_exec(tmp_path, monkeypatch):
+    def no_process(*args, **kwargs):
+        raise AssertionError(f"a process was started: {args}")
+
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    conf_dir = tmp_path / "net.d"
+    conf_dir.mkdir()
+    (conf_dir / "10-net.conflist").write_text(json.dumps({
+        "cniVersion": "1.1.0", "name": "net",
+        "plugins": [{"type": "first"}, {"type": "second", "capabilities": {"mac": True}}]}))
+    fake = RecordingExec()
+    cni = Runtime(conf_dir=str(conf_dir), bin_dirs=["/nowhere"], cache_dir=str(tmp_path / "c"),
+                  timeout=7, preflight=True, exec=fake)
+    net = cni.load_conflist("net")
+    rt = RuntimeConf("ctr1", "/run/netns/p", "eth0", args="K=V",
+                     capability_args={"mac": "0a:58:00:00:00:01"})
+
+    result = cni.add(net, rt)
+    assert [i.name for i in result.interfaces] == ["first", "second"]
+    assert [(c["command"], c["path"]) for c in fake.calls] == [
+        ("VERSION", "/fake-bin/first"), ("VERSION", "/fake-bin/second"),
+        ("ADD", "/fake-bin/first"), ("ADD", "/fake-bin/second")]
+    assert fake.found[0] == ("first", ["/nowhere"])
+    add_first, add_second = fake.calls[2:]
+    assert add_first["env"] == {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "ctr1",
+                                "CNI_NETNS": "/run/netns/p", "CNI_ARGS": "K=V",
+                                "CNI_IFNAME": "eth0", "CNI_PATH": "/nowhere"}
+    assert add_first["timeout"] == 7 and "prevResult" not in add_first["conf"]
+    assert add_second["conf"]["prevResult"]["interfaces"] == [{"name": "first"}]
+    assert add_second["conf"]["runtimeConfig"] == {"mac": "0a:58:00:00:00:01"}
+    assert cni.get_cached_result(net, rt).interfaces[1].name == "second"
+
+    fake.calls.clear()
+    cni.check(net, rt)
+    assert cni.status(net) is True
+    cni.delete(net, rt)
+    assert cni.gc(net, []) == []
+    assert [(c["command"], c["conf"]["type"]) for c in fake.calls] == [
+        ("CHECK", "first"), ("CHECK", "second"), ("STATUS", "first"), ("STATUS", "second"),
+        ("DEL", "second"), ("DEL", "first"), ("GC", "first"), ("GC", "second")]
+    assert fake.calls[4]["conf"]["prevResult"]["interfaces"][1] == {"name": "second"}
+    assert cni.get_cached_attachments() == []
 
 
 # --- real plugins, ours and Go's, in one chain -----------------------------------
@@ -587,22 +665,22 @@ def test_real_chain_go_bridge_go_tuning_our_loopback(env, cni_bin, go_cni_dir):
     ours = env.tmp / "ours"
     ours.mkdir()
     (ours / "loopback").symlink_to(os.path.join(cni_bin, "loopback"))
-    rt = Runtime(conf_dir=str(env.conf_dir), bin_dirs=[str(ours), go_cni_dir],
-                 cache_dir=str(env.cache), plugin_netns=env.node.path)
-    pods, lo_net = rt.load_conflist("pods"), rt.load_conflist("lo-net")
+    cni = Runtime(conf_dir=str(env.conf_dir), bin_dirs=[str(ours), go_cni_dir],
+                  cache_dir=str(env.cache), plugin_netns=env.node.path)
+    pods, lo_net = cni.load_conflist("pods"), cni.load_conflist("lo-net")
     assert [p.type for p in lo_net.plugins] == ["loopback"]
     r = RuntimeConf("ctr-real", env.pod.path, "eth0")
-    result = rt.add(pods, r)
-    rt.add(lo_net, RuntimeConf("ctr-real", env.pod.path, "lo"))
+    result = cni.add(pods, r)
+    cni.add(lo_net, RuntimeConf("ctr-real", env.pod.path, "lo"))
     assert str(result.ips[0].address).startswith("10.44.0.")
     assert [i.name for i in result.interfaces][-1] == "eth0"
     assert _link(env.pod.path, "eth0")["mtu"] == 1400
     assert _link(env.pod.path, "lo")["up"]
     assert _link(env.node.path, "cnsk-rt0") is not None           # the bridge is on the node
-    rt.check(pods, r)
-    rt.delete(pods, r)
-    rt.delete(lo_net, RuntimeConf("ctr-real", env.pod.path, "lo"))
+    cni.check(pods, r)
+    cni.delete(pods, r)
+    cni.delete(lo_net, RuntimeConf("ctr-real", env.pod.path, "lo"))
     assert _link(env.pod.path, "eth0") is None
     assert not _link(env.pod.path, "lo")["up"]
-    assert rt.get_cached_attachments() == []
+    assert cni.get_cached_attachments() == []
     assert load_conflist(str(env.conf_dir), "pods").cni_version == "1.0.0"

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from cni_skel_plugins.host_local import verbs as hl_verbs
+from cni_skel_plugins.host_local import HostLocal
 from cni_skel_plugins.host_local.config import HostLocalConf
 from cni_skel_plugins.host_local.store import INDEX_DIR
 from test_host_local import NET, NETNS, addrs, allocated, conf, fails, verb
@@ -119,14 +119,15 @@ def test_ids_of_any_length_round_trip_in_the_verbs(data_dir, length):
     cid = ("a1b2c3d4" * (length // 8 + 1))[:length]
     c = HostLocalConf.model_validate(conf(data_dir, **SUBNET))
     args = {cmd: CmdArgs(cmd, cid, "/x", "eth0") for cmd in ("ADD", "CHECK", "DEL")}
+    hl_plugin = HostLocal()
     for use_index in (True, False):
-        result = hl_verbs.add(args["ADD"], c)
+        result = hl_plugin.add(args["ADD"], c)
         assert [str(ip.address) for ip in result.ips] == ["10.91.0.2/24"]
         assert allocated(data_dir) == {"10.91.0.2": cid.encode() + b"\r\neth0"}
         if not use_index:
             shutil.rmtree(data_dir / NET / INDEX_DIR)
-        hl_verbs.check(args["CHECK"], c)
-        hl_verbs.delete(args["DEL"], c)
+        hl_plugin.check(args["CHECK"], c)
+        hl_plugin.delete(args["DEL"], c)
         assert allocated(data_dir) == {}
         assert_index_right(data_dir, NET)
         (data_dir / NET / "last_reserved_ip.0").unlink()  # the next round starts at .2 again

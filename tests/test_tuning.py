@@ -591,9 +591,9 @@ def test_bad_cni_args_are_code_4(tuning, env, cni_args, code):
 def test_never_sets_sysctls_in_the_host_namespace(env, monkeypatch):
     """In-process: PID 1's namespace is played by the pod, so the guard, not
     luck, keeps the value out."""
-    from cni_skel_plugins.tuning import Tuning, verbs
+    from cni_skel_plugins.tuning import Tuning, plugin
 
-    monkeypatch.setattr(verbs, "HOST_NETNS", env.pod.path)
+    monkeypatch.setattr(plugin, "HOST_NETNS", env.pod.path)
     before = snapshot(env)
     environ = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": CID, "CNI_NETNS": env.pod.path,
                "CNI_IFNAME": "eth0", "CNI_PATH": "/nonexistent"}

@@ -26,10 +26,10 @@ import time
 import pytest
 from conftest import HERE
 
-from cni_skel.cli import plugin_registry, write_executable
 from cni_skel.harness import run_plugin, run_plugin_raw
 from cni_skel.warm import client as launcher
-from cni_skel.warm.install import launcher_info
+from cni_skel.warm import protocol
+from cni_skel.warm.install import launcher_info, plugin_registry, write_executable
 
 CLI = os.path.join(os.path.dirname(sys.executable), "cni-skel")
 PROBE_REF = "worker_plugins.probe:WorkerProbe"
@@ -145,7 +145,7 @@ def test_launcher_version_is_local_light_and_identical(wbin, obin):
               b'{"cniVersion": "1.0.0", "name": "n", "prevResult": {"cniVersion": "0.3.1"}}',
               b'{"cni\\u0056ersion": "0.3.1"}', b"[1]", b"{bad", b'{"cniVersion": 1}']
     env = {"CNI_COMMAND": "VERSION", "PATH": os.environ["PATH"],
-           launcher.SOCKET_ENV: "/nonexistent/w.sock"}
+           protocol.SOCKET_ENV: "/nonexistent/w.sock"}
     for data in stdins:
         for name in ("loopback", "bridge", "worker-probe"):
             new = run_plugin_raw(os.path.join(wbin, name), "VERSION", data, env=env,
@@ -479,7 +479,7 @@ def test_non_root_client_is_refused(worker):
             os.setgid(65534)
             os.setuid(65534)
             s = launcher.connect(worker.sock, 10)
-            launcher.send_request(s, launcher.encode_request([b"ping"]))
+            launcher.send_request(s, protocol.encode_request([b"ping"]))
             status, _, body = launcher.read_reply(s)
             os.write(w, bytes([status]) + body)
         except BaseException as exc:
@@ -490,7 +490,7 @@ def test_non_root_client_is_refused(worker):
     with os.fdopen(r, "rb") as fp:
         answer = fp.read()
     os.waitpid(pid, 0)
-    assert answer[0] == launcher.ST_REFUSED, answer
+    assert answer[0] == protocol.ST_REFUSED, answer
     assert b"only root" in answer[1:]
     assert "refused a client with uid 65534" in worker.log()
 
@@ -605,7 +605,7 @@ def test_caller_with_capabilities_the_worker_lacks_runs_one_shot(sock, wdir, wbi
         assert "refused, the caller holds capabilities this worker lacks" in line, line
         assert "the launcher runs it one-shot" in line
         run = run_plugin_raw(exe, "DEL", lo_conf(), container_id="capsmore2",
-                             env={launcher.REQUIRED_ENV: "1"}, **kw)
+                             env={protocol.REQUIRED_ENV: "1"}, **kw)
         assert run.exit_code == 1 and run.doc["code"] == 11, run
         assert "refused: the caller holds capabilities" in run.doc["details"]
     finally:
@@ -617,35 +617,34 @@ def test_caller_with_capabilities_the_worker_lacks_runs_one_shot(sock, wdir, wbi
 
 
 def _lo_is_up(ns_path):
-    from cni_skel import netlink
-    from cni_skel.netns import NetNS
-
-    with NetNS.open(ns_path) as ns, ns.iproute() as ipr:
-        return bool(netlink.find_link(ipr, "lo").get("flags", 0) & 1)
+    """IFF_UP on ``lo`` in that namespace, as the kernel reports it."""
+    out = subprocess.run(["nsenter", f"--net={ns_path}", "ip", "-json", "link", "show", "lo"],
+                         capture_output=True, text=True, check=True).stdout
+    return "UP" in json.loads(out)[0]["flags"]
 
 
 def test_worker_required_answers_11_instead_of_one_shot(worker, wbin, wdir, netns_factory):
     node, pod = netns_factory("cnsk-node"), netns_factory("cnsk-pod")
     exe = os.path.join(wbin, "loopback")
-    required = {launcher.REQUIRED_ENV: "1"}
+    required = {protocol.REQUIRED_ENV: "1"}
     kw = dict(netns=pod.path, ifname="lo", node=node)
 
     def refused(run, why):
         assert run.exit_code == 1, run
         assert run.doc["code"] == 11 and run.doc["cniVersion"] == "1.0.0", run.doc
         assert "worker required" in run.doc["msg"] and why in run.doc["details"], run.doc
-        assert launcher.REQUIRED_ENV in run.doc["details"]
+        assert protocol.REQUIRED_ENV in run.doc["details"]
         assert not _lo_is_up(pod.path), "the plugin ran although the worker did not serve"
 
     # No worker on the socket (CNI_SKEL_WORKER_SOCKET overrides the baked path).
     dead = os.path.join(wdir, "nobody.sock")
     refused(run_plugin_raw(exe, "ADD", lo_conf(), container_id="req-dead",
-                           env={**required, launcher.SOCKET_ENV: dead}, **kw),
+                           env={**required, protocol.SOCKET_ENV: dead}, **kw),
             "cannot connect")
     # "0" or empty: fallback allowed, the plugin runs in the launcher.
     for off in ("0", ""):
         run = run_plugin_raw(exe, "DEL", lo_conf(), container_id="req-off",
-                             env={launcher.REQUIRED_ENV: off, launcher.SOCKET_ENV: dead}, **kw)
+                             env={protocol.REQUIRED_ENV: off, protocol.SOCKET_ENV: dead}, **kw)
         assert run.exit_code == 0, run
     # The worker answers but cannot import the plugin.
     nope = write_executable(os.path.join(wdir, "odd"), "nope", "worker_plugins.nope:Nope",
@@ -658,7 +657,7 @@ def test_worker_required_answers_11_instead_of_one_shot(worker, wbin, wdir, netn
     assert _lo_is_up(pod.path) and worker.served("req-ok"), worker.log()
     run_plugin(exe, "DEL", lo_conf(), container_id="req-ok", env=required, **kw)
     # VERSION and the about text stay local: no worker needed.
-    version = run_plugin_raw(exe, "VERSION", b"", env={**required, launcher.SOCKET_ENV: dead})
+    version = run_plugin_raw(exe, "VERSION", b"", env={**required, protocol.SOCKET_ENV: dead})
     assert version.exit_code == 0 and "1.0.0" in version.doc["supportedVersions"]
     # Worker gone: refused, and the plugin does not run.
     worker.kill_group()
@@ -681,12 +680,12 @@ def test_cni_bin_is_served_as_its_mode_says(cni_bin, cni_mode, cni_worker_socket
     assert add["interfaces"][0]["name"] == "lo"
     run_plugin(exe, "DEL", lo_conf(), **kw)
     if cni_mode == "warm":
-        assert os.environ.get(launcher.REQUIRED_ENV) == "1", "warm tests forbid the fallback"
+        assert os.environ.get(protocol.REQUIRED_ENV) == "1", "warm tests forbid the fallback"
         worker = request.getfixturevalue("cni_worker")
         assert worker.sock == cni_worker_socket and launcher.ping(cni_worker_socket)[0]
         served = worker.served(cid)
         assert len(served) == 2, worker.log()
         assert all("cni_skel_plugins.loopback:Loopback exit 0 " in ln for ln in served), served
     else:
-        assert launcher.REQUIRED_ENV not in os.environ
+        assert protocol.REQUIRED_ENV not in os.environ
         assert not os.path.exists(cni_worker_socket), "nothing may listen in oneshot mode"

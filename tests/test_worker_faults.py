@@ -46,9 +46,9 @@ import pytest
 from conftest import SuiteWorker
 from fuzz import snapshot
 
-from cni_skel.cli import plugin_registry, write_executable
 from cni_skel.harness import TestNetNS, create_netns, remove_netns
 from cni_skel.warm import client as launcher
+from cni_skel.warm.install import plugin_registry, write_executable
 
 PODS_ENV = "CNI_SKEL_FAULT_PODS"
 THREADS = 8

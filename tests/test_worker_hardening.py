@@ -23,11 +23,10 @@ import time
 import pytest
 from conftest import HERE, SuiteWorker
 
-from cni_skel import netlink
-from cni_skel.cli import plugin_registry, write_executable
 from cni_skel.harness import run_plugin, run_plugin_raw
-from cni_skel.netns import NetNS
 from cni_skel.warm import client as launcher
+from cni_skel.warm import protocol
+from cni_skel.warm.install import plugin_registry, write_executable
 
 PROBE_REF = "worker_plugins.probe:WorkerProbe"
 PROBE_PATH = (str(HERE),)
@@ -68,7 +67,7 @@ def wbin(request, wdir):
     return d
 
 
-REQUIRED = {launcher.REQUIRED_ENV: "1"}
+REQUIRED = {protocol.REQUIRED_ENV: "1"}
 
 
 def lo_conf(version="1.1.0"):
@@ -98,7 +97,7 @@ def raw_request(sock_path: str, frame: bytes, fds=(), timeout: float = 30):
 
 
 def run_frame(ref: str, env: dict[str, str], stdin: bytes, pythonpath: str = "") -> bytes:
-    return launcher.encode_request([
+    return protocol.encode_request([
         b"run", ref.encode(), pythonpath.encode(), b"/", b"18",
         b"\0".join(f"{k}={v}".encode() for k, v in env.items()), stdin])
 
@@ -109,8 +108,10 @@ def context_fds():
 
 
 def lo_is_up(ns_path: str) -> bool:
-    with NetNS.open(ns_path) as ns, ns.iproute() as ipr:
-        return bool(netlink.find_link(ipr, "lo").get("flags", 0) & 1)
+    """IFF_UP on ``lo`` in that namespace, as the kernel reports it."""
+    out = subprocess.run(["nsenter", f"--net={ns_path}", "ip", "-json", "link", "show", "lo"],
+                         capture_output=True, text=True, check=True).stdout
+    return "UP" in json.loads(out)[0]["flags"]
 
 
 # --------------------------------------------------------------------------
@@ -133,11 +134,11 @@ def test_long_container_id_is_served_and_keeps_the_worker(worker, wbin, netns_fa
 
 def test_oversized_frame_is_answered_error_5_unread(worker):
     pid = worker.proc.pid
-    head = launcher.REQUEST_MAGIC + (launcher.MAX_REQUEST_BYTES + 1).to_bytes(4, "big")
+    head = protocol.REQUEST_MAGIC + (protocol.MAX_REQUEST_BYTES + 1).to_bytes(4, "big")
     status, code, out = raw_request(worker.sock, head + b"\0" * 1000)
-    assert status == launcher.ST_DONE and code == 1
+    assert status == protocol.ST_DONE and code == 1
     doc = json.loads(out)
-    assert doc["code"] == 5 and str(launcher.MAX_REQUEST_BYTES) in doc["msg"], doc
+    assert doc["code"] == 5 and str(protocol.MAX_REQUEST_BYTES) in doc["msg"], doc
     assert_serving(worker, pid)
 
 
@@ -148,8 +149,8 @@ def test_config_over_the_limit_is_error_5_in_both_modes(worker, wbin, wdir, node
     os.makedirs(obin)
     write_executable(obin, "loopback", plugin_registry()["loopback"], worker_socket=None)
     conf = json.dumps(lo_conf()).encode()
-    big = conf[:-1] + b" " * (launcher.MAX_STDIN_BYTES + 1 - len(conf)) + b"}"
-    assert len(big) == launcher.MAX_STDIN_BYTES + 1
+    big = conf[:-1] + b" " * (protocol.MAX_STDIN_BYTES + 1 - len(conf)) + b"}"
+    assert len(big) == protocol.MAX_STDIN_BYTES + 1
     kw = dict(container_id="big1", netns=pod_netns.path, ifname="lo", node=node_netns)
     warm = run_plugin_raw(os.path.join(wbin, "loopback"), "ADD", big, env=REQUIRED, **kw)
     cold = run_plugin_raw(os.path.join(obin, "loopback"), "ADD", big, **kw)
@@ -171,7 +172,7 @@ def test_stalled_client_costs_one_connection(wdir, netns_factory):
         exe = write_executable(os.path.join(wdir, "bin"), "loopback",
                                plugin_registry()["loopback"], worker_socket=w.sock)
         stalled = []
-        for part in (b"CS", launcher.REQUEST_MAGIC + (1000).to_bytes(4, "big") + b"x" * 10):
+        for part in (b"CS", protocol.REQUEST_MAGIC + (1000).to_bytes(4, "big") + b"x" * 10):
             s = launcher.connect(w.sock, 30)
             s.sendall(part)  # then nothing more
             stalled.append(s)
@@ -183,7 +184,7 @@ def test_stalled_client_costs_one_connection(wdir, netns_factory):
         # closed at the deadline (its child goes: it serves nothing else).
         for s in stalled:
             status, _, body = launcher.read_reply(s)
-            assert status == launcher.ST_BAD and b"did not arrive in time" in body, body
+            assert status == protocol.ST_BAD and b"did not arrive in time" in body, body
             assert s.recv(1) == b""
             s.close()
         assert_serving(w, pid)
@@ -292,7 +293,7 @@ def test_a_request_never_makes_the_worker_import(worker, wdir):
     finally:
         for fd in fds:
             os.close(fd)
-    assert status == launcher.ST_UNKNOWN, (status, out)
+    assert status == protocol.ST_UNKNOWN, (status, out)
     assert b"is not served by this worker" in out
     assert not os.path.exists(marker), "the worker imported a module a request named"
 
@@ -350,10 +351,10 @@ def test_capless_caller_cannot_make_the_worker_import(worker, wdir):
     d, marker = _evil_module(wdir)
     script = (
         "import json, os, sys\n"
-        "from cni_skel import launcher as L\n"
+        "from cni_skel.warm import client as L, protocol as P\n"
         "fds = [os.open('/proc/self/ns/net', os.O_RDONLY), "
         "os.open('/proc/self/ns/mnt', os.O_RDONLY), 2]\n"
-        "frame = L.encode_request([b'run', b'evilmod:Evil', sys.argv[2].encode(), b'/', b'18',"
+        "frame = P.encode_request([b'run', b'evilmod:Evil', sys.argv[2].encode(), b'/', b'18',"
         " b'CNI_COMMAND=ADD\\0CNI_CONTAINERID=evil2', b'{\"cniVersion\": \"1.1.0\"}'])\n"
         "s = L.connect(sys.argv[1], 30)\n"
         "L.send_request(s, frame, fds)\n"
@@ -362,7 +363,7 @@ def test_capless_caller_cannot_make_the_worker_import(worker, wdir):
     proc = subprocess.run([*NO_CAPS, sys.executable, "-c", script, worker.sock, d],
                           capture_output=True, text=True, timeout=60, check=True)
     status, _, out = json.loads(proc.stdout)
-    assert status == launcher.ST_REFUSED and "lacks CAP_NET_ADMIN" in out, (status, out)
+    assert status == protocol.ST_REFUSED and "lacks CAP_NET_ADMIN" in out, (status, out)
     assert not os.path.exists(marker), "the worker imported a module a request named"
 
 

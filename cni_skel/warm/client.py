@@ -27,43 +27,37 @@ and ``json`` would cost 8-13 ms each on every call.
 * The worker went away after taking the request (EOF, timeout): spec error
   11 (try again later) on stdout, exit 1; we never guess whether it ran.
 
-Wire format (all integers unsigned 32-bit big-endian), one request per
-connection:
+The wire format, limits and environment names are `cni_skel.warm.protocol`'s;
+the Python launcher loads that module's bytecode the same way, first, and
+registers it in ``sys.modules``, where the import below finds it.
 
-    request: b"CSKQ" len  then fields, each  len bytes:
-             kind (b"run"/b"ping"), ref, pythonpath (NUL-joined), cwd,
-             umask (decimal), environment (NUL-joined K=V), stdin
-             ancillary on the first byte: fds [netns, mntns, stderr]
-    reply:   b"CSKR" status(1 byte) exit_code len  then stdout bytes
-             status: 0 done, 1 unknown plugin, 2 refused, 3 bad request, 4 pong
-
-Limits: a request frame is at most ``MAX_REQUEST_BYTES`` (20 MiB); the
-worker answers a larger one with spec error 5 and closes, without reading
-it. The config on stdin is at most ``MAX_STDIN_BYTES`` (16 MiB) in both modes:
-launchers read one byte more than that and no further, and the skel answers
-a larger one with spec error 5 (``cni_skel.skel.dispatch``). Linux caps the
-environment of an exec at a few MiB, so a launcher's frame always fits.
+The one-shot script (``cni-skel install --one-shot``) answers VERSION with
+`answer_version` too: no executable imports the plugin's module for VERSION.
 """
 
 import os
 import sys
 
-DEFAULT_SOCKET = "/run/cni-skel/worker.sock"
-SOCKET_ENV = "CNI_SKEL_WORKER_SOCKET"
-#: Set (not empty, not "0"): never fall back to running the plugin in-process;
-#: answer spec error 11 when the worker cannot serve the call.
-REQUIRED_ENV = "CNI_SKEL_WORKER_REQUIRED"
-REQUEST_MAGIC = b"CSKQ"
-REPLY_MAGIC = b"CSKR"
-ST_DONE, ST_UNKNOWN, ST_REFUSED, ST_BAD, ST_PONG = 0, 1, 2, 3, 4
-REPLY_HEADER = 13  # magic, status, exit code, length
-#: Largest config (stdin) a plugin accepts, in bytes, in both modes.
-MAX_STDIN_BYTES = 16 << 20
-#: Largest request frame the worker reads (stdin + environment + the rest).
-MAX_REQUEST_BYTES = MAX_STDIN_BYTES + (4 << 20)
-#: Seconds to wait for the answer; runtimes enforce their own, shorter deadline.
-REPLY_TIMEOUT = 600.0
-_ERR_TRY_AGAIN_LATER = 11
+from .protocol import (
+    DEFAULT_SOCKET,
+    ERR_TRY_AGAIN_LATER,
+    HANDOVER_GONE,
+    HANDOVER_LAUNCH,
+    HANDOVER_NOT_SERVED,
+    KIND_PING,
+    KIND_RUN,
+    MAX_STDIN_BYTES,
+    REPLY_HEADER,
+    REPLY_TIMEOUT,
+    REQUIRED_ENV,
+    SOCKET_ENV,
+    ST_DONE,
+    ST_PONG,
+    ST_REFUSED,
+    decode_reply_header,
+    encode_request,
+    status_name,
+)
 
 
 class WorkerGone(Exception):
@@ -72,37 +66,6 @@ class WorkerGone(Exception):
 
 class _NotRun(Exception):
     """The worker certainly did not run the request (safe to run it here)."""
-
-
-def _u32(n):
-    return n.to_bytes(4, "big")
-
-
-def encode_request(fields):
-    """``fields`` (list of bytes) -> one framed request message (bytes)."""
-    body = b"".join(_u32(len(f)) + f for f in fields)
-    return REQUEST_MAGIC + _u32(len(body)) + body
-
-
-def decode_fields(body):
-    """The inverse of the field part of `encode_request`; ValueError if malformed."""
-    fields, i = [], 0
-    while i < len(body):
-        if i + 4 > len(body):
-            raise ValueError("truncated field length")
-        n = int.from_bytes(body[i:i + 4], "big")
-        i += 4
-        if i + n > len(body):
-            raise ValueError("truncated field")
-        fields.append(body[i:i + n])
-        i += n
-    return fields
-
-
-def encode_reply(status, exit_code=0, stdout=b""):
-    """One framed reply message (bytes)."""
-    return REPLY_MAGIC + bytes([status]) + _u32(exit_code & 0xFFFFFFFF) + _u32(len(stdout)) \
-        + stdout
 
 
 def connect(path, timeout=REPLY_TIMEOUT):
@@ -161,12 +124,12 @@ def read_reply(sock):
         WorkerGone: EOF, timeout or garbage after the request was taken.
         _NotRun: connection reset before the worker read the request.
     """
-    head = _recv_exact(sock, REPLY_HEADER, False)
-    if head[:4] != REPLY_MAGIC:
-        raise WorkerGone(f"not a cni-skel worker answer: {head[:4]!r}")
-    length = int.from_bytes(head[9:13], "big")
+    try:
+        status, code, length = decode_reply_header(_recv_exact(sock, REPLY_HEADER, False))
+    except ValueError as exc:
+        raise WorkerGone(str(exc)) from None
     body = _recv_exact(sock, length, True) if length else b""
-    return head[4], int.from_bytes(head[5:9], "big"), body
+    return status, code, body
 
 
 def ping(path, timeout=5.0):
@@ -177,7 +140,7 @@ def ping(path, timeout=5.0):
     except OSError as exc:
         return False, f"cannot connect: {exc.strerror or exc}"
     try:
-        send_request(sock, encode_request([b"ping"]))
+        send_request(sock, encode_request([KIND_PING]))
         status, _, body = read_reply(sock)
     except (OSError, WorkerGone, _NotRun) as exc:
         return False, str(exc)
@@ -396,7 +359,7 @@ def _run_request(sock, ref, pythonpath, data):
     mask = os.umask(0o022)
     os.umask(mask)
     env = b"\0".join(k + b"=" + v for k, v in os.environb.items())
-    msg = encode_request([b"run", ref.encode(), b"\0".join(os.fsencode(p) for p in pythonpath),
+    msg = encode_request([KIND_RUN, ref.encode(), b"\0".join(os.fsencode(p) for p in pythonpath),
                           os.fsencode(cwd), str(mask).encode(), env, data])
     fds = _context_fds()
     try:
@@ -440,7 +403,7 @@ def _worker_required():
 
 def _try_again_later(msg, details, data, all_versions, current):
     """Answer spec error 11 on stdout and exit 1 (nothing ran here)."""
-    _write_stdout(error_answer(_ERR_TRY_AGAIN_LATER, msg, details, data, all_versions,
+    _write_stdout(error_answer(ERR_TRY_AGAIN_LATER, msg, details, data, all_versions,
                                current))
     sys.exit(1)
 
@@ -464,6 +427,21 @@ def _gone(why, path, data, all_versions, current):
         data, all_versions, current)
 
 
+def answer_version(supported, current):
+    """Answer this process's VERSION call from ``supported`` (the plugin's
+    ``supported_versions``, baked in at install) and exit 0, with the bytes
+    the plugin's skel would print (stdin read unless it is a terminal, as
+    ``cni_skel.skel`` does). Returns, having written nothing, when stdin
+    cannot be read or parsed here: the caller runs the plugin instead."""
+    try:
+        data = b"" if os.isatty(0) else _read_stdin()
+        answer = version_answer(data, supported, current)
+    except (OSError, RecursionError):
+        return
+    _write_stdout(answer)
+    sys.exit(0)
+
+
 def launch(ref, socket_path=DEFAULT_SOCKET, supported=None, pythonpath=(),
            all_versions=(), current="1.1.0", native=None):
     """Entry point of an installed executable for plugin ``ref``
@@ -473,30 +451,26 @@ def launch(ref, socket_path=DEFAULT_SOCKET, supported=None, pythonpath=(),
     ``all_versions``/``current``: ``cni_skel.version`` values, for the
     cniVersion of the code-11 error when the worker vanishes.
     ``native``: ``[mode, detail]`` when the native launcher (launcher.c)
-    hands over: ``launch`` (do everything as usual), ``notserved`` (the worker
-    certainly did not run it: ``detail`` says why) or ``gone`` (it took the
-    request and no answer came); stdin is then the request's, replayed.
+    hands over: ``HANDOVER_LAUNCH`` (do everything as usual),
+    ``HANDOVER_NOT_SERVED`` (the worker certainly did not run it: ``detail``
+    says why) or ``HANDOVER_GONE`` (it took the request and no answer came);
+    stdin is then the request's, replayed.
     """
     pythonpath = list(pythonpath or ())
-    mode, detail = [*(native or ()), "launch", ""][:2]
-    if mode in ("notserved", "gone"):
+    mode, detail = [*(native or ()), HANDOVER_LAUNCH, ""][:2]
+    if mode in (HANDOVER_NOT_SERVED, HANDOVER_GONE):
         path = os.environ.get(SOCKET_ENV) or socket_path
         try:
             data = _read_stdin()
         except OSError:
             data = b""
-        if mode == "gone":
+        if mode == HANDOVER_GONE:
             _gone(detail, path, data, all_versions, current)
         return _not_served(ref, pythonpath, detail, data, path, all_versions, current)
     cmd = os.environ.get("CNI_COMMAND", "")
     if cmd == "VERSION" and supported is not None:
-        try:
-            data = b"" if os.isatty(0) else _read_stdin()
-            answer = version_answer(data, supported, current)
-        except (OSError, RecursionError):
-            return one_shot(ref, pythonpath)
-        _write_stdout(answer)
-        sys.exit(0)
+        answer_version(supported, current)
+        return one_shot(ref, pythonpath)  # stdin unreadable: the skel says so
     if not cmd:  # a human asking for the about text
         return one_shot(ref, pythonpath)
     path = os.environ.get(SOCKET_ENV) or socket_path
@@ -531,8 +505,6 @@ def launch(ref, socket_path=DEFAULT_SOCKET, supported=None, pythonpath=(),
     finally:
         sock.close()
     if status != ST_DONE:  # unknown plugin, refused, bad request: nothing ran
-        what = {ST_UNKNOWN: "unknown plugin", ST_REFUSED: "refused",
-                ST_BAD: "bad request"}.get(status, f"answer status {status}")
-        return not_served(f"{what}: {out.decode('utf-8', 'replace')}", data)
+        return not_served(f"{status_name(status)}: {out.decode('utf-8', 'replace')}", data)
     _write_stdout(out)
     sys.exit(code)

@@ -4,15 +4,24 @@ Three kinds, all marked as ours so a later install may replace them:
 
 * ``native`` launcher (default when a C compiler is found): ``launcher.c``
   compiled with the plugin's ref, the worker socket and the interpreter baked
-  in. It serves the warm path (connect to ``cni-skel worker``, send, relay)
-  without starting Python, and execs the Python launcher code for
-  everything else (VERSION, no worker, faults).
+  in, and `cni_skel.warm.protocol`'s values in a generated
+  ``launcher_protocol.h`` (`protocol_header`). It serves the warm path
+  (connect to ``cni-skel worker``, send, relay) without starting Python, and
+  execs the Python launcher code for everything else (VERSION, no worker,
+  faults).
 * ``python`` launcher: ``#!<python> -IS`` plus a few lines running
   `cni_skel.warm.client` (see there); the same behaviour, ~8 ms more a call.
-* one-shot script: the plugin runs in a fresh interpreter each call.
+* one-shot script: the plugin runs in a fresh interpreter each call; VERSION
+  is answered from the versions baked in (`cni_skel.warm.client.answer_version`),
+  without importing the plugin's module.
 
-`launcher_info` reads back which plugin and socket a launcher serves (the
-worker uses it to run a delegated IPAM plugin of its own in-process).
+Both launchers end with an info block naming their plugin, socket and
+interpreter, followed by a fixed-size trailer (``# CNI-SKEL-LAUNCHER
+<length>``): `launcher_info` reads them back with two preads (the worker
+does so on each delegated call, to run an IPAM plugin of its own
+in-process).
+
+Errors are `InstallError` (the CLI shows its message).
 """
 
 from __future__ import annotations
@@ -26,22 +35,29 @@ import subprocess
 import sys
 import tempfile
 
-import click
+from . import protocol
 
-from .client import MAX_STDIN_BYTES
-
-__all__ = ["DEFAULT_WORKER_SOCKET", "LAUNCHERS", "MARKER", "find_cc", "launcher_info",
-           "plugin_registry", "python_argv", "write_executable"]
+__all__ = ["DEFAULT_WORKER_SOCKET", "LAUNCHERS", "MARKER", "InstallError", "find_cc",
+           "launcher_info", "plugin_registry", "protocol_header", "python_argv",
+           "write_executable"]
 
 MARKER = "written by `cni-skel install`"
-DEFAULT_WORKER_SOCKET = "/run/cni-skel/worker.sock"  # = cni_skel.warm.client.DEFAULT_SOCKET
+DEFAULT_WORKER_SOCKET = protocol.DEFAULT_SOCKET
 #: ``--launcher`` choices: auto = native when a C compiler works, else python.
 LAUNCHERS = ("auto", "native", "python")
-#: First line of the block naming a launcher's plugin and socket (`launcher_info`).
+#: Names the info block and its trailer at the end of every launcher.
 INFO_MAGIC = "CNI-SKEL-LAUNCHER"
-#: Launchers are small (a static native one ~0.7 MiB); anything bigger is not ours.
-_MAX_LAUNCHER_SIZE = 2 << 20
+_TRAILER_HEAD = f"# {INFO_MAGIC} ".encode()
+#: The trailer: ``# CNI-SKEL-LAUNCHER <info block length, 8 digits>\n``.
+TRAILER_SIZE = len(_TRAILER_HEAD) + 8 + 1
+_MAX_INFO = 1 << 20  # an info block of ours is far smaller; a longer "length" is not ours
+_INFO_KEYS = ("kind", "ref", "socket", "python", "pythonpath")
+_info_cache: dict[str, tuple[tuple[int, int, int, int], dict[str, str] | None]] = {}
+_INFO_CACHE_MAX = 256
 
+
+class InstallError(Exception):
+    """An executable cannot be written (the message says why, for the user)."""
 
 
 def plugin_registry() -> dict[str, str]:
@@ -52,20 +68,28 @@ def plugin_registry() -> dict[str, str]:
 
 
 def _script(ref: str, name: str, python: str, pythonpath: list[str] | None = None) -> str:
-    """The one-shot executable: the plugin runs in a fresh interpreter each call."""
+    """The one-shot executable: the plugin runs in a fresh interpreter each
+    call; VERSION is answered from the versions baked in here when the
+    plugin could be imported at install time."""
     from .. import __version__
+    from ..version import CURRENT_VERSION
 
-    prefix = f"import sys; sys.path[:0] = {pythonpath!r}; " if pythonpath else ""
-    body = (f"# CNI plugin {name!r}, {MARKER} (cni-skel {__version__}).\n"
-            f"{prefix}from cni_skel.skel import run_plugin_main\n"
-            f"run_plugin_main({ref!r})\n")
+    lines = ["import os, sys"]
+    if pythonpath:
+        lines.append(f"sys.path[:0] = {pythonpath!r}")
+    supported = _supported_versions(ref, pythonpath)
+    if supported is not None:
+        lines += ['if os.environ.get("CNI_COMMAND") == "VERSION":  # without the plugin\'s module',
+                  "    from cni_skel.warm.client import answer_version",
+                  f"    answer_version({supported!r}, {CURRENT_VERSION!r})"]
+    lines += ["from cni_skel.skel import run_plugin_main", f"run_plugin_main({ref!r})"]
+    code = "\n".join(lines) + "\n"
+    head = f"# CNI plugin {name!r}, {MARKER} (cni-skel {__version__}).\n"
     if _needs_sh(python):
-        code = f"{prefix}from cni_skel.skel import run_plugin_main; run_plugin_main({ref!r})"
-        return (f"#!/bin/sh\n# CNI plugin {name!r}, {MARKER} (cni-skel {__version__}).\n"
-                f"exec {shlex.quote(python)} -I -c {shlex.quote(code)} \"$@\"\n")
+        return f"#!/bin/sh\n{head}exec {shlex.quote(python)} -I -c {shlex.quote(code)} \"$@\"\n"
     # -I (isolated): the runtime's PYTHONPATH, PYTHONHOME, user site and the
     # script's directory never reach the plugin's imports.
-    return f"#!{python} -I\n{body}"
+    return f"#!{python} -I\n{head}{code}"
 
 
 def _needs_sh(python: str) -> bool:
@@ -74,7 +98,7 @@ def _needs_sh(python: str) -> bool:
 
 
 def _supported_versions(ref: str, pythonpath: list[str] | None) -> tuple[str, ...] | None:
-    """The plugin's ``supported_versions``, for the launcher's local VERSION
+    """The plugin's ``supported_versions``, for the executable's local VERSION
     answer; None when it cannot be imported here (VERSION then runs it)."""
     from ..skel import resolve_ref
 
@@ -88,51 +112,67 @@ def _supported_versions(ref: str, pythonpath: list[str] | None) -> tuple[str, ..
         sys.path[:] = saved
 
 
-def _info_block(ref: str, worker_socket: str, python: str,
-                pythonpath: list[str] | None) -> str:
+def _info_trailer(kind: str, ref: str, worker_socket: str, python: str,
+                  pythonpath: list[str] | None) -> bytes:
+    """The info block (``# key=value`` lines) and the trailer after it, for
+    the end of a launcher; see `launcher_info`."""
     from .. import __version__
 
     pp = os.pathsep.join(pythonpath or [])
     for what, value in (("plugin ref", ref), ("worker socket", worker_socket),
                         ("interpreter", python), ("pythonpath", pp)):
         if "\n" in value or "\0" in value:
-            raise click.ClickException(f"{what} {value!r} contains a newline or NUL")
-    return (f"{INFO_MAGIC}\nref={ref}\nsocket={worker_socket}\npython={python}\n"
-            f"pythonpath={pp}\n{MARKER} (cni-skel {__version__})\n")
+            raise InstallError(f"{what} {value!r} contains a newline or NUL")
+    block = os.fsencode(
+        f"# {INFO_MAGIC}\n# kind={kind}\n# ref={ref}\n# socket={worker_socket}\n"
+        f"# python={python}\n# pythonpath={pp}\n# {MARKER} (cni-skel {__version__})\n")
+    if len(block) > _MAX_INFO:
+        raise InstallError(f"launcher info of {len(block)} bytes is over {_MAX_INFO} bytes")
+    return block + _TRAILER_HEAD + b"%08d\n" % len(block)
 
 
 def _launcher_body(ref: str, pythonpath: list[str] | None, worker_socket: str,
                    native: bool) -> str:
-    """Python code that loads `cni_skel.warm.client` (from its cached bytecode
-    when fresh: compiling the source costs ~5 ms a call) and calls ``launch``.
-    Only builtin modules are imported (no site, no importlib). ``native``: run
-    by launcher.c as ``python -IS -c <code> MODE DETAIL``."""
+    """Python code that loads `cni_skel.warm.protocol` and
+    `cni_skel.warm.client` (from their cached bytecode when fresh: compiling
+    the sources costs ~5 ms a call) and calls ``launch``. Only builtin
+    modules are imported (no site, no importlib): protocol's code runs in a
+    module object registered in ``sys.modules`` under its own name, where
+    client's ``from .protocol import ...`` (and later the skel's, in a
+    one-shot fallback) finds it. ``native``: run by launcher.c as
+    ``python -IS -c <code> MODE DETAIL``."""
     import py_compile
 
     from ..version import ALL_VERSIONS, CURRENT_VERSION
 
-    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "client.py")
-    with contextlib.suppress(OSError, py_compile.PyCompileError):
-        py_compile.compile(src, doraise=True)  # the bytecode the executable loads
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in ("protocol", "client"):
+        with contextlib.suppress(OSError, py_compile.PyCompileError):
+            py_compile.compile(os.path.join(here, f"{name}.py"), doraise=True)
     tail = ", native=sys.argv[1:]" if native else ""
     return f"""import marshal, os, sys
-_src = {src!r}
-try:  # the cached bytecode, if it is the current source's (timestamp pyc)
-    _pyc = os.path.join(os.path.dirname(_src), "__pycache__",
-                        "client." + sys.implementation.cache_tag + ".pyc")
-    with open(_pyc, "rb") as _f:
-        _data = _f.read()
-    _st = os.stat(_src)
-    if _data[:8] != sys.modules["_frozen_importlib_external"].MAGIC_NUMBER + bytes(4) or \\
-            _data[8:16] != ((int(_st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
-                            + (_st.st_size & 0xFFFFFFFF).to_bytes(4, "little")):
-        raise ValueError("stale")
-    _code = marshal.loads(_data[16:])
-except (OSError, ValueError, EOFError, TypeError, KeyError):
-    with open(_src, "rb") as _f:
-        _code = compile(_f.read(), _src, "exec")
-_launcher = {{"__name__": "cni_skel_launcher"}}
-exec(_code, _launcher)
+def _code(name, d={here!r}):  # the cached bytecode, if it is the current source's
+    src = os.path.join(d, name + ".py")
+    try:
+        with open(os.path.join(d, "__pycache__", name + "." + sys.implementation.cache_tag
+                               + ".pyc"), "rb") as f:
+            data = f.read()
+        st = os.stat(src)
+        if data[:16] != sys.modules["_frozen_importlib_external"].MAGIC_NUMBER + bytes(4) \\
+                + (int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little") \\
+                + (st.st_size & 0xFFFFFFFF).to_bytes(4, "little"):
+            raise ValueError("stale")
+        return marshal.loads(data[16:]), src
+    except (OSError, ValueError, EOFError, TypeError, KeyError):
+        with open(src, "rb") as f:
+            return compile(f.read(), src, "exec"), src
+_proto = type(sys)("cni_skel.warm.protocol")
+_c, _proto.__file__ = _code("protocol")
+exec(_c, _proto.__dict__)
+sys.modules[_proto.__name__] = _proto
+_launcher = {{"__name__": "cni_skel_launcher", "__package__": "cni_skel.warm"}}
+_c, _launcher["__file__"] = _code("client")
+exec(_c, _launcher)
 _launcher["launch"]({ref!r}, {worker_socket!r}, {_supported_versions(ref, pythonpath)!r},
                     {list(pythonpath or [])!r}, {ALL_VERSIONS!r}, {CURRENT_VERSION!r}{tail})
 """
@@ -141,19 +181,18 @@ _launcher["launch"]({ref!r}, {worker_socket!r}, {_supported_versions(ref, python
 def _launcher_script(ref: str, name: str, python: str, pythonpath: list[str] | None,
                      worker_socket: str) -> str:
     """The Python launcher executable (see the module docstring)."""
-    info = "".join(f"# {line}\n"
-                   for line in _info_block(ref, worker_socket, python, pythonpath).splitlines())
     head = (f"# CNI plugin {name!r}, {MARKER}: a launcher for `cni-skel worker`\n"
-            f"# (one-shot in-process without it).\n{info}")
+            f"# (one-shot in-process without it).\n")
     body = _launcher_body(ref, pythonpath, worker_socket, native=False)
+    info = os.fsdecode(_info_trailer("python", ref, worker_socket, python, pythonpath))
     if _needs_sh(python):
         # sh runs the exec line; Python reads it as a string literal.
         q3 = "'" * 3
         return (f"#!/bin/sh\n{head}'{q3}exec {shlex.quote(python)} -IS \"$0\" \"$@\" # {q3}\n"
-                f"{body}")
+                f"{body}{info}")
     # -S: site (the venv's .pth files) costs ~13 ms a call; the one-shot
     # fallback loads it when it is needed.
-    return f"#!{python} -IS\n{head}{body}"
+    return f"#!{python} -IS\n{head}{body}{info}"
 
 
 def find_cc() -> str | None:
@@ -171,16 +210,50 @@ def _c_string(data: bytes) -> str:
     return f'"{out}"'
 
 
+def protocol_header() -> str:
+    """``launcher_protocol.h``: `cni_skel.warm.protocol`'s wire format,
+    statuses, limits and environment names as ``CSK_*`` macros, the only
+    place launcher.c gets them from."""
+    p = protocol
+    names = ", ".join(_c_string(n.encode()) for n in p.STATUS_NAMES)
+    values = {
+        "CSK_REQUEST_MAGIC": _c_string(p.REQUEST_MAGIC),
+        "CSK_REPLY_MAGIC": _c_string(p.REPLY_MAGIC),
+        "CSK_MAGIC_LEN": str(len(p.REQUEST_MAGIC)),
+        "CSK_REQUEST_HEADER": str(p.REQUEST_HEADER),
+        "CSK_KIND_RUN": _c_string(p.KIND_RUN),
+        "CSK_ST_DONE": str(p.ST_DONE),
+        "CSK_STATUS_NAMES": f"{{{names}}}",
+        "CSK_STATUS_COUNT": str(len(p.STATUS_NAMES)),
+        "CSK_REPLY_STATUS_AT": str(p.REPLY_STATUS_AT),
+        "CSK_REPLY_CODE_AT": str(p.REPLY_CODE_AT),
+        "CSK_REPLY_LENGTH_AT": str(p.REPLY_LENGTH_AT),
+        "CSK_REPLY_HEADER": str(p.REPLY_HEADER),
+        "CSK_MAX_STDIN": f"{p.MAX_STDIN_BYTES}u",
+        "CSK_REPLY_TIMEOUT": str(p.REPLY_TIMEOUT),
+        "CSK_HANDOVER_LAUNCH": _c_string(p.HANDOVER_LAUNCH.encode()),
+        "CSK_HANDOVER_NOT_SERVED": _c_string(p.HANDOVER_NOT_SERVED.encode()),
+        "CSK_HANDOVER_GONE": _c_string(p.HANDOVER_GONE.encode()),
+        "CSK_SOCKET_ENV": _c_string(p.SOCKET_ENV.encode()),
+        "CSK_REQUIRED_ENV": _c_string(p.REQUIRED_ENV.encode()),
+    }
+    return ("/* Generated by cni_skel.warm.install from cni_skel/warm/protocol.py. */\n"
+            + "".join(f"#define {k} {v}\n" for k, v in values.items()))
+
+
 _native_cache: dict[str, bytes] = {}
 
 
 def _native_launcher(ref: str, python: str, pythonpath: list[str] | None, worker_socket: str,
                      cc: str) -> bytes:
-    """Compile launcher.c for this plugin; the executable's bytes.
+    """Compile launcher.c for this plugin; the executable's bytes (the info
+    trailer not included).
 
     Raises:
-        click.ClickException: the compiler failed (its output attached).
+        InstallError: the compiler failed (its output attached).
     """
+    from ..version import CURRENT_VERSION
+
     pp = b"\0".join(os.fsencode(p) for p in pythonpath or [])
     config = "".join(f"#define {k} {v}\n" for k, v in (
         ("CSK_PYTHON", _c_string(os.fsencode(python))),
@@ -189,31 +262,35 @@ def _native_launcher(ref: str, python: str, pythonpath: list[str] | None, worker
         ("CSK_SOCKET", _c_string(os.fsencode(worker_socket))),
         ("CSK_PYTHONPATH", _c_string(pp)),
         ("CSK_PYTHONPATH_LEN", str(len(pp))),
-        ("CSK_MAX_STDIN", f"{MAX_STDIN_BYTES}u"),
-        ("CSK_INFO", _c_string(_info_block(ref, worker_socket, python, pythonpath).encode())),
+        ("CSK_CNI_VERSION", _c_string(CURRENT_VERSION.encode())),
     ))
+    header = protocol_header()
     src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher.c")
     with open(src, "rb") as fp:
         source = fp.read()
-    key = hashlib.sha256(b"\0".join([cc.encode(), config.encode(), source])).hexdigest()
+    key = hashlib.sha256(b"\0".join([cc.encode(), config.encode(), header.encode(),
+                                     source])).hexdigest()
     if key in _native_cache:
         return _native_cache[key]
     with tempfile.TemporaryDirectory(prefix="cni-skel-cc-") as tmp:
         cfg = os.path.join(tmp, "launcher_config.h")
         with open(cfg, "w") as fp:
             fp.write(config)
+        with open(os.path.join(tmp, "launcher_protocol.h"), "w") as fp:
+            fp.write(header)
         out = os.path.join(tmp, "launcher")
         errors = []
         # Static first: no dynamic loader at each exec (~0.3 ms less a call).
         for extra in (["-static"], []):
-            proc = subprocess.run([cc, "-O2", "-s", *extra, "-include", cfg, "-o", out, src],
+            proc = subprocess.run([cc, "-O2", "-s", *extra, "-iquote", tmp, "-include", cfg,
+                                   "-o", out, src],
                                   capture_output=True, text=True, check=False)
             if proc.returncode == 0:
                 break
             errors.append(proc.stderr.strip()[-2000:])
         else:
-            raise click.ClickException(f"compiling the native launcher with {cc} failed:\n"
-                                       + "\n".join(errors))
+            raise InstallError(f"compiling the native launcher with {cc} failed:\n"
+                               + "\n".join(errors))
         with open(out, "rb") as fp:
             data = fp.read()
     _native_cache[key] = data
@@ -223,25 +300,59 @@ def _native_launcher(ref: str, python: str, pythonpath: list[str] | None, worker
 def launcher_info(path: str) -> dict[str, str] | None:
     """``{"kind": "native"|"python", "ref", "socket", "python", "pythonpath"
     (os.pathsep-joined)}`` for a launcher `write_executable` wrote; None for
-    anything else (a one-shot script, a Go plugin, an unreadable file)."""
+    anything else (a one-shot script, a Go plugin, an unreadable file).
+
+    Cheap enough for every delegated call: one stat when the answer for
+    this path's (device, inode, mtime, size) is cached in this process,
+    else an open and two preads at the file's end (trailer, info block).
+    """
     try:
-        with open(path, "rb") as fp:
-            if os.fstat(fp.fileno()).st_size > _MAX_LAUNCHER_SIZE:
-                return None  # e.g. a Go plugin: not read at all
-            data = fp.read(_MAX_LAUNCHER_SIZE + 1)
+        st = os.stat(path)
     except OSError:
         return None
-    at = data.find(INFO_MAGIC.encode() + b"\n")
-    if at < 0:
-        return None
-    kind = "native" if data.startswith(b"\x7fELF") else "python"
-    info = {"kind": kind}
-    for raw in data[at:at + 8192].split(b"\n")[1:5]:
-        line = os.fsdecode(raw)
-        key, _, value = line.removeprefix("# ").partition("=")
-        if key in ("ref", "socket", "python", "pythonpath"):
-            info[key] = value
-    return info if len(info) == 5 else None
+    key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+    hit = _info_cache.get(path)
+    if hit is None or hit[0] != key:
+        try:
+            key, info = _read_info(path)
+        except OSError:
+            return None
+        if len(_info_cache) >= _INFO_CACHE_MAX:
+            _info_cache.clear()
+        hit = _info_cache[path] = (key, info)
+    return dict(hit[1]) if hit[1] is not None else None
+
+
+def _read_info(path: str) -> tuple[tuple[int, int, int, int], dict[str, str] | None]:
+    """(the opened file's cache key, its info or None); OSError if unreadable."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+        if st.st_size < TRAILER_SIZE:
+            return key, None
+        trailer = os.pread(fd, TRAILER_SIZE, st.st_size - TRAILER_SIZE)
+        digits = trailer[len(_TRAILER_HEAD):-1]
+        if not trailer.startswith(_TRAILER_HEAD) or not trailer.endswith(b"\n") \
+                or not digits.isdigit():
+            return key, None
+        n = int(digits)
+        if n > min(_MAX_INFO, st.st_size - TRAILER_SIZE):
+            return key, None
+        block = os.pread(fd, n, st.st_size - TRAILER_SIZE - n)
+    finally:
+        os.close(fd)
+    lines = os.fsdecode(block).split("\n")
+    if lines[0] != f"# {INFO_MAGIC}":
+        return key, None
+    info = {}
+    for line in lines[1:]:
+        k, _, value = line.removeprefix("# ").partition("=")
+        if k in _INFO_KEYS:
+            info[k] = value
+    if len(info) != len(_INFO_KEYS) or info["kind"] not in ("native", "python"):
+        return key, None
+    return key, info
 
 
 def python_argv(path: str, options: tuple[str, ...] = ()) -> list[str]:
@@ -254,7 +365,7 @@ def python_argv(path: str, options: tuple[str, ...] = ()) -> list[str]:
     if info is not None and info["kind"] == "native":
         pp = [p for p in info["pythonpath"].split(os.pathsep) if p]
         code = _launcher_body(info["ref"], pp, info["socket"], native=True)
-        return [info["python"], "-IS", *options, "-c", code, "launch", ""]
+        return [info["python"], "-IS", *options, "-c", code, protocol.HANDOVER_LAUNCH, ""]
     try:
         with open(path, "rb") as fp:
             line = fp.readline().decode("utf-8", "replace")
@@ -279,14 +390,15 @@ def write_executable(bin_dir: str, name: str, ref: str, *, python: str | None = 
     that hands each call to ``cni-skel worker`` on this unix socket (env
     ``CNI_SKEL_WORKER_SOCKET`` overrides it at run time), answers VERSION
     itself, and runs the plugin in-process when no worker answers. None: a
-    plain one-shot script.
+    plain one-shot script (which answers VERSION itself too).
 
     ``launcher``: ``native`` (compiled launcher.c; needs a C compiler,
     `find_cc`), ``python``, or ``auto`` (native when it compiles, else python).
 
     Raises:
-        click.ClickException: when a file that is not ours is in the way and
-            ``force`` is false; ``native`` without a working C compiler.
+        InstallError: when a file that is not ours is in the way and
+            ``force`` is false; ``native`` without a working C compiler;
+            a ref, socket or path with a newline or NUL.
     """
     python = os.path.abspath(python or sys.executable)
     target = os.path.join(bin_dir, name)
@@ -297,27 +409,27 @@ def write_executable(bin_dir: str, name: str, ref: str, *, python: str | None = 
         except OSError:
             head = b""
         if MARKER.encode() not in head and launcher_info(target) is None:
-            raise click.ClickException(
+            raise InstallError(
                 f"{target} exists and was not written by cni-skel (use --force to replace it)")
     if launcher not in LAUNCHERS:
-        raise click.ClickException(f"unknown launcher kind {launcher!r}: "
-                                   f"one of {', '.join(LAUNCHERS)}")
+        raise InstallError(f"unknown launcher kind {launcher!r}: one of {', '.join(LAUNCHERS)}")
     data: bytes | None = None
     if worker_socket is not None and launcher != "python":
         cc = find_cc()
         if cc is None and launcher == "native":
-            raise click.ClickException("a native launcher needs a C compiler (cc, gcc or $CC); "
-                                       "none found (install gcc, or use --launcher python)")
+            raise InstallError("a native launcher needs a C compiler (cc, gcc or $CC); "
+                               "none found (install gcc, or use --launcher python)")
         if cc is not None:
             try:
-                data = _native_launcher(ref, python, pythonpath, worker_socket, cc)
-            except click.ClickException:
+                data = _native_launcher(ref, python, pythonpath, worker_socket, cc) \
+                    + _info_trailer("native", ref, worker_socket, python, pythonpath)
+            except InstallError:
                 if launcher == "native":
                     raise
     if data is None:
         text = (_script(ref, name, python, pythonpath) if worker_socket is None
                 else _launcher_script(ref, name, python, pythonpath, worker_socket))
-        data = text.encode()
+        data = os.fsencode(text)
     os.makedirs(bin_dir, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=bin_dir)
     try:
@@ -330,5 +442,3 @@ def write_executable(bin_dir: str, name: str, ref: str, *, python: str | None = 
             os.unlink(tmp)
         raise
     return target
-
-

@@ -1,6 +1,6 @@
 /* Native launcher for `cni-skel worker` (warm mode), written by
  * `cni-skel install --launcher native` (the default when a C compiler is
- * found). It does the same as cni_skel/launcher.py on the path every pod
+ * found). It does the same as cni_skel/warm/client.py on the path every pod
  * takes -- connect, send the request, relay the answer -- without starting an
  * interpreter (a Python launcher costs ~8 ms of CPU a call; this ~0.3 ms).
  *
@@ -8,17 +8,19 @@
  * (replayed from a memfd when it was already read):
  *   - VERSION and the about text (no CNI_COMMAND): answered there, locally;
  *   - no worker (no socket, connection refused): the plugin runs one-shot
- *     (or code 11 with CNI_SKEL_WORKER_REQUIRED), mode "launch";
+ *     (or code 11 with the worker required), CSK_HANDOVER_LAUNCH;
  *   - the worker certainly did not run it (reset before reading, unknown
- *     plugin, refused, bad request): mode "notserved" with the reason;
- *   - the worker took the request and no whole answer came: mode "gone",
+ *     plugin, refused, bad request): CSK_HANDOVER_NOT_SERVED with the reason;
+ *   - the worker took the request and no whole answer came: CSK_HANDOVER_GONE,
  *     which answers spec error 11 (try again later) in the config's version.
  *
- * The wire format is launcher.py's (see there). Compiled with a generated
- * header defining CSK_PYTHON, CSK_SCRIPT, CSK_REF, CSK_SOCKET, CSK_PYTHONPATH
- * (NUL-joined, with CSK_PYTHONPATH_LEN), CSK_MAX_STDIN (launcher.py's
- * MAX_STDIN_BYTES) and CSK_INFO (the marker that
- * `cni-skel install` and the worker read back from the file). */
+ * The wire format, statuses, limits and environment names are
+ * cni_skel/warm/protocol.py's, as CSK_* macros in launcher_protocol.h, which
+ * `cni-skel install` generates from it; no value of them is written here.
+ * The per-plugin values come in a second generated header (-include):
+ * CSK_PYTHON, CSK_SCRIPT, CSK_REF, CSK_SOCKET, CSK_PYTHONPATH (NUL-joined,
+ * with CSK_PYTHONPATH_LEN) and CSK_CNI_VERSION. `cni-skel install` appends
+ * the info block naming the plugin and socket after the compiled file. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -37,13 +39,7 @@
 #ifndef CSK_PYTHON
 #include "launcher_config.h"
 #endif
-
-/* Kept in the binary for `cni-skel install` (overwrite check) and the worker
- * (in-process delegation): "CNI-SKEL-LAUNCHER\n ref=...\n socket=...\n". */
-__attribute__((used)) static const char csk_info[] = CSK_INFO;
-
-#define REPLY_TIMEOUT_S 600
-#define ST_DONE 0
+#include "launcher_protocol.h"
 
 static char *buf;  /* stdin, once read */
 static size_t buf_len, buf_cap;
@@ -64,11 +60,11 @@ static void fallback(const char *mode, const char *detail) {
             if (off == buf_len && lseek(fd, 0, SEEK_SET) == 0 && dup2(fd, 0) == 0) {
                 if (fd != 0) close(fd);
             } else {
-                mode = "gone";
+                mode = CSK_HANDOVER_GONE;
                 detail = "cannot replay stdin to the Python launcher";
             }
         } else {
-            mode = "gone";
+            mode = CSK_HANDOVER_GONE;
             detail = "memfd_create failed; cannot replay stdin to the Python launcher";
         }
     }
@@ -76,8 +72,9 @@ static void fallback(const char *mode, const char *detail) {
                     (char *)mode, (char *)(detail ? detail : ""), NULL};
     execv(CSK_PYTHON, argv);
     /* No interpreter: nothing can answer in the spec's format but this. */
-    dprintf(1, "{\n    \"cniVersion\": \"1.1.0\",\n    \"code\": 999,\n"
-               "    \"msg\": \"cni-skel launcher: cannot run %s\"\n}", CSK_PYTHON);
+    dprintf(1, "{\n    \"cniVersion\": \"%s\",\n    \"code\": 999,\n"
+               "    \"msg\": \"cni-skel launcher: cannot run %s\"\n}", CSK_CNI_VERSION,
+            CSK_PYTHON);
     _exit(1);
 }
 
@@ -85,6 +82,17 @@ static void reason(const char *mode, const char *what, int err) {
     char detail[512];
     snprintf(detail, sizeof detail, "%s%s%s", what, err ? ": " : "", err ? strerror(err) : "");
     fallback(mode, detail);
+}
+
+/* The worker took the request and no whole answer came (errno from recv_exact). */
+static void gone(void) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        char detail[64];
+        snprintf(detail, sizeof detail, "no answer within %d s", CSK_REPLY_TIMEOUT);
+        fallback(CSK_HANDOVER_GONE, detail);
+    }
+    if (errno) reason(CSK_HANDOVER_GONE, "reading the answer failed", errno);
+    reason(CSK_HANDOVER_GONE, "the worker closed the connection without an answer", 0);
 }
 
 static int grow(size_t need) {
@@ -105,9 +113,16 @@ static int put(const void *data, size_t n) {
     return 0;
 }
 
+static void set_u32(unsigned char *b, size_t n) {
+    b[0] = (unsigned char)(n >> 24);
+    b[1] = (unsigned char)(n >> 16);
+    b[2] = (unsigned char)(n >> 8);
+    b[3] = (unsigned char)n;
+}
+
 static int put_u32(size_t n) {
-    unsigned char b[4] = {(unsigned char)(n >> 24), (unsigned char)(n >> 16),
-                          (unsigned char)(n >> 8), (unsigned char)n};
+    unsigned char b[4];
+    set_u32(b, n);
     return put(b, 4);
 }
 
@@ -140,21 +155,21 @@ extern char **environ;
 
 int main(void) {
     const char *cmd = getenv("CNI_COMMAND");
-    if (!cmd || !*cmd || !strcmp(cmd, "VERSION")) fallback("launch", NULL);
-    const char *path = getenv("CNI_SKEL_WORKER_SOCKET");
+    if (!cmd || !*cmd || !strcmp(cmd, "VERSION")) fallback(CSK_HANDOVER_LAUNCH, NULL);
+    const char *path = getenv(CSK_SOCKET_ENV);
     if (!path || !*path) path = CSK_SOCKET;
 
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
-    if (strlen(path) >= sizeof addr.sun_path) fallback("launch", NULL);
+    if (strlen(path) >= sizeof addr.sun_path) fallback(CSK_HANDOVER_LAUNCH, NULL);
     strcpy(addr.sun_path, path);
     int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (s < 0 || connect(s, (struct sockaddr *)&addr, sizeof addr) < 0)
-        fallback("launch", NULL);  /* no worker: stdin still unread */
+        fallback(CSK_HANDOVER_LAUNCH, NULL);  /* no worker: stdin still unread */
 
     /* stdin first (the request carries it), then the message after it. */
     /* One byte past the limit is enough for the skel to refuse it. */
     while (buf_len <= CSK_MAX_STDIN) {
-        if (grow(65536)) fallback("launch", NULL);
+        if (grow(65536)) fallback(CSK_HANDOVER_LAUNCH, NULL);
         size_t room = buf_cap - buf_len;
         if (room > CSK_MAX_STDIN + 1 - buf_len) room = CSK_MAX_STDIN + 1 - buf_len;
         ssize_t r = read(0, buf + buf_len, room);
@@ -162,7 +177,7 @@ int main(void) {
         if (r < 0) {
             close(s);
             stdin_read = 0;  /* the rest is unreadable: it reports the error itself */
-            fallback("launch", NULL);
+            fallback(CSK_HANDOVER_LAUNCH, NULL);
         }
         stdin_read = 1;
         if (r == 0) break;
@@ -180,30 +195,31 @@ int main(void) {
     size_t env_len = 0;
     for (char **e = environ; *e; e++) env_len += strlen(*e) + 1;
 
-    size_t body = 4 + 3 + 4 + strlen(CSK_REF) + 4 + CSK_PYTHONPATH_LEN + 4 + strlen(cwd) +
-                  4 + (size_t)umask_n + 4 + (env_len ? env_len - 1 : 0) + 4 + stdin_len;
+    /* The frame: magic, body length (set once the body is in), fields. */
     size_t msg_off = buf_len;
-    if (put("CSKQ", 4) || put_u32(body) || put_field("run", 3) ||
+    if (put(CSK_REQUEST_MAGIC, CSK_MAGIC_LEN) || put_u32(0) ||
+        put_field(CSK_KIND_RUN, sizeof CSK_KIND_RUN - 1) ||
         put_field(CSK_REF, strlen(CSK_REF)) ||
         put_field(CSK_PYTHONPATH, CSK_PYTHONPATH_LEN) || put_field(cwd, strlen(cwd)) ||
         put_field(umask_s, (size_t)umask_n) || put_u32(env_len ? env_len - 1 : 0))
-        reason("notserved", "out of memory", 0);
+        reason(CSK_HANDOVER_NOT_SERVED, "out of memory", 0);
     for (char **e = environ; *e; e++)
-        if (put(*e, strlen(*e)) || (e[1] && put("", 1))) reason("notserved", "out of memory", 0);
+        if (put(*e, strlen(*e)) || (e[1] && put("", 1))) reason(CSK_HANDOVER_NOT_SERVED, "out of memory", 0);
     /* The stdin copy comes from buf itself: grow first (realloc may move it). */
-    if (put_u32(stdin_len) || grow(stdin_len)) reason("notserved", "out of memory", 0);
+    if (put_u32(stdin_len) || grow(stdin_len)) reason(CSK_HANDOVER_NOT_SERVED, "out of memory", 0);
     memcpy(buf + buf_len, buf, stdin_len);
     buf_len += stdin_len;
     size_t msg_len = buf_len - msg_off;
+    set_u32((unsigned char *)buf + msg_off + CSK_MAGIC_LEN, msg_len - CSK_REQUEST_HEADER);
     buf_len = stdin_len;  /* buf[0:stdin_len] stays the stdin for a fallback */
 
     int fds[3];
     fds[0] = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
     fds[1] = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
     fds[2] = fcntl(2, F_GETFD) >= 0 ? 2 : open("/dev/null", O_WRONLY | O_CLOEXEC);
-    if (fds[0] < 0 || fds[1] < 0 || fds[2] < 0) reason("notserved", "opening namespaces", errno);
+    if (fds[0] < 0 || fds[1] < 0 || fds[2] < 0) reason(CSK_HANDOVER_NOT_SERVED, "opening namespaces", errno);
 
-    struct timeval tv = {.tv_sec = REPLY_TIMEOUT_S};
+    struct timeval tv = {.tv_sec = CSK_REPLY_TIMEOUT};
     setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 
@@ -233,37 +249,30 @@ int main(void) {
         else sent += n;
     }
 
-    unsigned char head[13];
+    unsigned char head[CSK_REPLY_HEADER];
     int rc = recv_exact(s, head, sizeof head, 0);
     if (rc != 0 && send_err)  /* closed before reading it all: it cannot have run */
-        reason("notserved", "sending the request failed", send_err);
-    if (rc == 1) reason("notserved", "connection reset before the request was read", 0);
-    if (rc < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
-            reason("gone", "no answer within 600 s", 0);
-        if (errno) reason("gone", "reading the answer failed", errno);
-        reason("gone", "the worker closed the connection without an answer", 0);
-    }
-    if (memcmp(head, "CSKR", 4)) reason("gone", "not a cni-skel worker answer", 0);
-    uint32_t code = get_u32(head + 5), len = get_u32(head + 9);
+        reason(CSK_HANDOVER_NOT_SERVED, "sending the request failed", send_err);
+    if (rc == 1) reason(CSK_HANDOVER_NOT_SERVED, "connection reset before the request was read", 0);
+    if (rc < 0) gone();
+    if (memcmp(head, CSK_REPLY_MAGIC, CSK_MAGIC_LEN))
+        reason(CSK_HANDOVER_GONE, "not a cni-skel worker answer", 0);
+    uint32_t code = get_u32(head + CSK_REPLY_CODE_AT), len = get_u32(head + CSK_REPLY_LENGTH_AT);
+    unsigned status = head[CSK_REPLY_STATUS_AT];
     unsigned char *out = NULL;
     if (len) {
         out = malloc(len);
-        if (!out) reason("gone", "out of memory for the answer", 0);
-        if (recv_exact(s, out, len, 1)) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                reason("gone", "no answer within 600 s", 0);
-            if (errno) reason("gone", "reading the answer failed", errno);
-            reason("gone", "the worker closed the connection without an answer", 0);
-        }
+        if (!out) reason(CSK_HANDOVER_GONE, "out of memory for the answer", 0);
+        if (recv_exact(s, out, len, 1)) gone();
     }
-    if (head[4] != ST_DONE) {
-        static const char *names[] = {"done", "unknown plugin", "refused", "bad request"};
-        char detail[1024];
-        snprintf(detail, sizeof detail, "%s: %.*s",
-                 head[4] < 4 ? names[head[4]] : "unexpected answer status",
-                 (int)(len < 900 ? len : 900), out ? (char *)out : "");
-        fallback("notserved", detail);
+    if (status != CSK_ST_DONE) {
+        static const char *names[] = CSK_STATUS_NAMES;
+        char what[32], detail[1024];
+        if (status < CSK_STATUS_COUNT) snprintf(what, sizeof what, "%s", names[status]);
+        else snprintf(what, sizeof what, "answer status %u", status);
+        snprintf(detail, sizeof detail, "%s: %.*s", what, (int)(len < 900 ? len : 900),
+                 out ? (char *)out : "");
+        fallback(CSK_HANDOVER_NOT_SERVED, detail);
     }
     size_t off = 0;
     while (off < len) {

@@ -2,10 +2,10 @@
 
 ``cni-skel worker`` imports the registered plugins and their heavy modules
 (pyroute2, pydantic, the config and result models) once, listens on a unix
-socket, and keeps pre-forked children ready (`Worker`); each accepts one
-connection from the thin launcher (`cni_skel.warm.client`) and runs the same
-`cni_skel.skel.dispatch` as a one-shot executable, as if the runtime had
-started it:
+socket, and keeps pre-forked children ready (`Worker`, the parent); each
+child (`WorkerChild`) accepts one connection from the thin launcher
+(`cni_skel.warm.client`) and runs the same `cni_skel.skel.dispatch` as a
+one-shot executable, as if the runtime had started it:
 
 * network and mount namespace: the launcher's, received as fds (SCM_RIGHTS)
   and entered with setns(2) (``ip netns exec`` gives a node namespace its own
@@ -90,6 +90,7 @@ import socket
 import struct
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from .. import netlink
@@ -98,17 +99,36 @@ from ..invoke import SubprocessExec, plugin_outcome
 from ..netns import current_netns, setns
 from ..skel import dispatch, error_answer, load_config, resolve_ref
 from ..version import ALL_VERSIONS
-from . import client as proto
+from .client import loads_light, ping
+from .install import launcher_info
+from .protocol import (
+    DEFAULT_SOCKET,
+    KIND_PING,
+    KIND_RUN,
+    MAX_REQUEST_BYTES,
+    REPLY_TIMEOUT,
+    REQUEST_HEADER,
+    RUN_FIELDS,
+    SOCKET_ENV,
+    ST_BAD,
+    ST_DONE,
+    ST_PONG,
+    ST_REFUSED,
+    ST_UNKNOWN,
+    decode_fields,
+    encode_reply,
+    request_length,
+)
 
-__all__ = ["DEFAULT_SOCKET", "Worker", "check", "serve"]
+__all__ = ["DEFAULT_SOCKET", "ChildState", "InProcessExec", "Worker", "WorkerChild", "check",
+           "serve"]
 
-DEFAULT_SOCKET = proto.DEFAULT_SOCKET
 #: Seconds a connected client has to send its whole request (one deadline
 #: for the whole request, not per read).
 REQUEST_TIMEOUT = 30.0
 #: Seconds a request may run before its child is killed (answered 11); the
 #: launcher stops waiting at the same time.
-RUN_TIMEOUT = proto.REPLY_TIMEOUT
+RUN_TIMEOUT = REPLY_TIMEOUT
 #: Children at most (idle and busy); past it connections wait in the backlog.
 MAX_CHILDREN = 256
 #: Capabilities a caller must hold (effective) to be served: CAP_NET_ADMIN
@@ -120,6 +140,8 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
 # Child exit statuses; anything else is a crash the parent answers.
 _ANSWERED, _CLIENT_GONE, _IDLE_EXIT = 100, 101, 102
+# A child's reports: the connection it took (its fd attached), then the request's fields.
+_REPORT_ACCEPTED, _REPORT_REQUEST = b"accepted", b"request"
 #: Modules every plugin run needs sooner or later; imported before forking.
 WARM_MODULES = ("pydantic", "pyroute2", "cni_skel.config", "cni_skel.types", "cni_skel.args",
                 "cni_skel.netns", "cni_skel.netlink", "cni_skel.invoke", "cni_skel.ipam",
@@ -283,24 +305,42 @@ def _describe_status(status: int) -> str:
 
 
 class _TooLarge(Exception):
-    """A request frame longer than `proto.MAX_REQUEST_BYTES`."""
+    """A request frame longer than `MAX_REQUEST_BYTES`."""
+
+
+@dataclass
+class ChildState:
+    """What the parent knows of one forked child (`Worker.children`): idle
+    until it reports the connection it accepted, then busy; the request
+    fields come from its "request" report, for the log and a crash answer."""
+
+    conn: socket.socket | None = None  # the parent's copy of its connection
+    since: float = 0.0  # monotonic time it accepted
+    cid: str = ""
+    cmd: str = ""
+    ref: str = ""
+    version: str = ""  # the config's cniVersion, when it is one we know
+    overdue: bool = False  # killed at the run deadline
+
+    @property
+    def busy(self) -> bool:
+        return self.conn is not None
 
 
 class Worker:
-    """The pre-forking server. ``Worker(path).serve()`` runs until SIGTERM/SIGINT.
+    """The pre-forking server's parent. ``Worker(path).serve()`` runs until
+    SIGTERM/SIGINT.
 
-    ``spares`` children are kept forked and idle; each touches the warm code
-    paths once (so the copy-on-write page faults of a first run happen before
-    a request, not during it), waits on the listening socket, accepts one
-    connection, tells the parent (passing it a copy of the connection, so a
-    crash can still be answered), serves that one request and exits. The
-    parent forks a replacement as soon as a spare is taken.
+    ``spares`` children are kept forked and idle (each a `WorkerChild`,
+    serving one request); the parent forks a replacement as soon as a spare
+    is taken, reaps children, kills those past ``run_timeout`` and answers
+    for a child that ended without answering (spec error 11).
 
     The parent reads nothing from clients; from children it reads bounded
     datagrams whose sender the kernel vouches for (SCM_CREDENTIALS), and a
     malformed one is logged and dropped. So neither a client nor a child can
     end or wedge it; a child that dies, is killed or outlives ``run_timeout``
-    costs its own request, answered spec error 11.
+    costs its own request.
 
     Args:
         socket_path: unix socket to listen on (created 0600, parent dir made).
@@ -326,14 +366,12 @@ class Worker:
         self.run_timeout = run_timeout
         self.log_fd = os.dup(log_fd)  # fd 2 becomes the launcher's stderr in children
         self.plugins: dict[str, Any] = {}
-        self.children: dict[int, dict[str, Any]] = {}  # pid -> state, conn, request info
+        self.children: dict[int, ChildState] = {}
         self.stopping = False
         self.sock: socket.socket | None = None
         self.ident: tuple[int, int] | None = None
         self.respawn_at = 0.0
         self.at_cap = False
-
-    # -- parent ------------------------------------------------------------
 
     def serve(self) -> int:
         """Import, listen, serve until asked to stop; returns an exit status."""
@@ -374,8 +412,8 @@ class Worker:
                 time.sleep(0.1)
         self._read_info()
         for pid, child in self.children.items():
-            _log(self.log_fd, child.get("cid", ""),
-                 f"left running: pid {pid} ({child.get('cmd', child['state'])})")
+            _log(self.log_fd, child.cid,
+                 f"left running: pid {pid} ({child.cmd or ('busy' if child.busy else 'idle')})")
         _log(self.log_fd, "", "stopped")
         return 0
 
@@ -394,7 +432,7 @@ class Worker:
         if self.stopping and self.sock is not None:
             self._close_listener()
             self.deadline = time.monotonic() + self.drain_timeout
-            busy = sum(c["state"] == "busy" for c in self.children.values())
+            busy = sum(c.busy for c in self.children.values())
             _log(self.log_fd, "", f"stopping: {busy} request(s) in flight")
         return self.stopping and (not self.children or time.monotonic() > self.deadline)
 
@@ -402,7 +440,7 @@ class Worker:
         """How long the parent may sleep: until the next run deadline, or a
         short tick while stopping or waiting to respawn."""
         waits = [0.5] if self.stopping or self.respawn_at or self.at_cap else []
-        busy = [c["since"] for c in self.children.values() if c["state"] == "busy"]
+        busy = [c.since for c in self.children.values() if c.busy]
         if busy:
             waits.append(max(0.05, min(busy) + self.run_timeout - time.monotonic()))
         return min(waits) if waits else None
@@ -411,7 +449,7 @@ class Worker:
         if self.stopping or time.monotonic() < self.respawn_at:
             return
         self.respawn_at = 0.0
-        idle = sum(c["state"] == "idle" for c in self.children.values())
+        idle = sum(not c.busy for c in self.children.values())
         want = min(self.spares - idle, MAX_CHILDREN - len(self.children))
         if want < self.spares - idle and not self.at_cap:
             _log(self.log_fd, "", f"{len(self.children)} children: at the limit "
@@ -423,12 +461,30 @@ class Worker:
             if pid == 0:
                 code = 70
                 try:
-                    code = self._child()
+                    code = self._become_child().serve()
                 except BaseException as exc:
                     _log(self.log_fd, "", f"child failed: {type(exc).__name__}: {exc}")
                 finally:
                     os._exit(code)
-            self.children[pid] = {"state": "idle", "conn": None, "since": 0.0}
+            self.children[pid] = ChildState()
+
+    def _become_child(self) -> WorkerChild:
+        """In a fresh fork: drop what only the parent uses (signal handlers,
+        its ends of the pipes, other children's connections) and return the
+        child's server."""
+        assert self.sock is not None and self.ident is not None
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+        self.sel.close()
+        os.close(self.wake_r)
+        os.close(self.stop_w)
+        self.info_r.close()
+        for other in self.children.values():
+            if other.conn is not None:
+                other.conn.close()
+        return WorkerChild(self.sock, self.stop_r, self.info_w, self.plugins, self.ident,
+                           self.path, self.log_fd, self.request_timeout)
 
     def _close_listener(self) -> None:
         assert self.sock is not None
@@ -484,13 +540,13 @@ class Worker:
         if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
             raise ValueError("report truncated")
         kind, *fields = msg.split(b"\0")
-        if kind == b"accepted" and not fields and len(fds) == 1 and child["conn"] is None:
-            child.update(state="busy", since=time.monotonic(),
-                         conn=socket.socket(fileno=fds[0]))
+        if kind == _REPORT_ACCEPTED and not fields and len(fds) == 1 and child.conn is None:
+            child.conn = socket.socket(fileno=fds[0])
+            child.since = time.monotonic()
             return []
-        if kind == b"request" and len(fields) == 4 and not fds:
-            cid, cmd, ref, version = (f.decode("utf-8", "replace")[:_FIELD_MAX] for f in fields)
-            child.update(cid=cid, cmd=cmd, ref=ref, version=version)
+        if kind == _REPORT_REQUEST and len(fields) == 4 and not fds:
+            child.cid, child.cmd, child.ref, child.version = (
+                f.decode("utf-8", "replace")[:_FIELD_MAX] for f in fields)
             return []
         raise ValueError(f"unexpected report {msg[:40]!r} with {len(fds)} fds")
 
@@ -508,58 +564,70 @@ class Worker:
                 continue
             ok = os.WIFEXITED(status) and os.WEXITSTATUS(status) in (_ANSWERED, _CLIENT_GONE,
                                                                      _IDLE_EXIT)
-            if not ok and child["conn"] is not None:
+            if not ok and child.conn is not None:
                 self._answer_crash(child, pid, status)
             elif not ok:
                 _log(self.log_fd, "", f"idle child {pid} {_describe_status(status)}")
                 self.respawn_at = time.monotonic() + 1.0  # no fork loop if spares keep dying
-            if child["conn"] is not None:
-                child["conn"].close()
+            if child.conn is not None:
+                child.conn.close()
 
     def _kill_overdue(self) -> None:
         now = time.monotonic()
         for pid, child in self.children.items():
-            if child["state"] == "busy" and not child.get("overdue") \
-                    and now - child["since"] > self.run_timeout:
-                child["overdue"] = True
-                _log(self.log_fd, child.get("cid", ""), f"{child.get('cmd', '?')} "
-                     f"{child.get('ref', '?')} child {pid}: still running after "
-                     f"{self.run_timeout:.0f} s, killed")
+            if child.busy and not child.overdue and now - child.since > self.run_timeout:
+                child.overdue = True
+                _log(self.log_fd, child.cid, f"{child.cmd or '?'} {child.ref or '?'} child "
+                     f"{pid}: still running after {self.run_timeout:.0f} s, killed")
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
 
-    def _answer_crash(self, child: dict[str, Any], pid: int, status: int) -> None:
+    def _answer_crash(self, child: ChildState, pid: int, status: int) -> None:
         """Answer the request of a child that ended without answering: spec
         error 11 (try again later), as its work may be partly done."""
+        assert child.conn is not None
         what = _describe_status(status)
-        if child.get("overdue"):
+        if child.overdue:
             what += f" after running {self.run_timeout:.0f} s"
-        ref = child.get("ref", "?")
+        ref = child.ref or "?"
         err = CNIError(ERR_TRY_AGAIN_LATER,
                        f"plugin {ref} ended without answering in the cni-skel worker: {what}",
                        "the operation may be partially done: retry it (a DEL cleans up); "
                        "the worker's log has the details")
-        out, code = error_answer(err, child.get("version") or None)
-        _log(self.log_fd, child.get("cid", ""),
-             f"{child.get('cmd', '?')} {ref} child {pid} {what}: answered code 11")
+        out, code = error_answer(err, child.version or None)
+        _log(self.log_fd, child.cid,
+             f"{child.cmd or '?'} {ref} child {pid} {what}: answered code 11")
         # Never block on a client: what does not fit now is its loss (it sees
         # a cut answer and says 11 itself).
         with contextlib.suppress(OSError):
-            child["conn"].send(proto.encode_reply(proto.ST_DONE, code, out), socket.MSG_DONTWAIT)
+            child.conn.send(encode_reply(ST_DONE, code, out), socket.MSG_DONTWAIT)
 
-    # -- child -------------------------------------------------------------
 
-    def _child(self) -> int:
-        signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, signal.SIG_DFL)
-        self.sel.close()
-        os.close(self.wake_r)
-        os.close(self.stop_w)
-        self.info_r.close()
-        for other in self.children.values():
-            if other["conn"] is not None:
-                other["conn"].close()
+class WorkerChild:
+    """One forked child of a `Worker`: serves one request, then exits.
+
+    It touches the warm code paths once (so the copy-on-write page faults of
+    a first run happen before a request, not during it), waits on the shared
+    listening socket, accepts one connection, reports it to the parent
+    (passing it a copy, so a crash can still be answered), checks the caller,
+    enters its context and runs ``dispatch``. `serve` returns the child's
+    exit status.
+    """
+
+    def __init__(self, sock: socket.socket, stop_r: int, info_w: socket.socket,
+                 plugins: dict[str, Any], ident: tuple[int, int], path: str, log_fd: int,
+                 request_timeout: float) -> None:
+        self.sock = sock  # the listening socket, shared with the other spares
+        self.stop_r = stop_r  # EOF when the worker stops: exit if idle
+        self.info_w = info_w  # reports to the parent
+        self.plugins = plugins
+        self.ident = ident  # (st_dev, st_ino) of the worker's socket
+        self.path = path
+        self.log_fd = log_fd
+        self.request_timeout = request_timeout
+
+    def serve(self) -> int:
+        """Wait for a connection and serve it; the exit status for the parent."""
         # Rehearsing moves a request's first-touch costs to idle time; with a
         # connection already waiting (a burst) it would only add CPU to it.
         if not select.select([self.sock], [], [], 0)[0]:
@@ -569,7 +637,7 @@ class Worker:
             return _IDLE_EXIT
         conn.setblocking(True)
         with contextlib.suppress(OSError):
-            self.info_w.sendmsg([b"accepted"],
+            self.info_w.sendmsg([_REPORT_ACCEPTED],
                                 [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
                                   conn.fileno().to_bytes(4, sys.byteorder))])
         deadline = time.monotonic() + self.request_timeout
@@ -579,20 +647,20 @@ class Worker:
             peer_pid, uid = 0, -1
         if uid != 0:
             _log(self.log_fd, "", f"refused a client with uid {uid}: only root is served")
-            _reply(conn, proto.ST_REFUSED, 0, b"only root may use the cni-skel worker")
+            _reply(conn, ST_REFUSED, 0, b"only root may use the cni-skel worker")
             return _ANSWERED
         try:
             fields, fds = _read_request(conn, deadline)
         except _TooLarge as exc:
             _log(self.log_fd, "", f"refused a request of {exc} bytes: over the limit")
             err = CNIError(ERR_IO_FAILURE, f"request of {exc} bytes exceeds the cni-skel "
-                           f"worker's limit of {proto.MAX_REQUEST_BYTES} bytes")
+                           f"worker's limit of {MAX_REQUEST_BYTES} bytes")
             out, code = error_answer(err, None)
-            _reply(conn, proto.ST_DONE, code, out)
+            _reply(conn, ST_DONE, code, out)
             return _ANSWERED
         except (OSError, ValueError) as exc:
             _log(self.log_fd, "", f"bad request: {type(exc).__name__}: {exc}")
-            _reply(conn, proto.ST_BAD, 0, str(exc).encode())
+            _reply(conn, ST_BAD, 0, str(exc).encode())
             return _ANSWERED
         try:
             return self._serve_request(conn, fields, fds, peer_pid)
@@ -603,7 +671,6 @@ class Worker:
 
     def _accept(self) -> socket.socket | None:
         """Wait for a connection (None: the worker is stopping)."""
-        assert self.sock is not None
         while True:
             ready, _, _ = select.select([self.sock, self.stop_r], [], [])
             if self.stop_r in ready:
@@ -617,15 +684,15 @@ class Worker:
     def _serve_request(self, conn: socket.socket, fields: list[bytes], fds: list[int],
                        peer_pid: int = 0) -> int:
         kind = fields[0]
-        if kind == b"ping":
+        if kind == KIND_PING:
             from .. import __version__
 
             text = (f"cni-skel worker {__version__} pid {os.getppid()} on {self.path}; "
                     f"warm plugins: {', '.join(sorted(self.plugins)) or 'none'}")
-            conn.sendall(proto.encode_reply(proto.ST_PONG, 0, text.encode()))
+            conn.sendall(encode_reply(ST_PONG, 0, text.encode()))
             return _ANSWERED
         try:
-            if kind != b"run" or len(fields) != 7 or len(fds) != 3:
+            if kind != KIND_RUN or len(fields) != RUN_FIELDS or len(fds) != 3:
                 raise ValueError(f"unknown request {kind[:20]!r} with {len(fields)} fields, "
                                  f"{len(fds)} fds")
             # fields[2], the launcher's pythonpath, is for its own one-shot runs only.
@@ -634,7 +701,7 @@ class Worker:
             umask = int(umask_b or b"18") & 0o777
         except (ValueError, UnicodeDecodeError) as exc:
             _log(self.log_fd, "", f"bad request: {exc}")
-            _reply(conn, proto.ST_BAD, 0, str(exc).encode())
+            _reply(conn, ST_BAD, 0, str(exc).encode())
             return _ANSWERED
         start = time.monotonic()
         env = dict(item.split(b"=", 1) for item in env_b.split(b"\0") if b"=" in item)
@@ -642,9 +709,9 @@ class Worker:
         cmd = env.get(b"CNI_COMMAND", b"").decode("utf-8", "replace")[:_FIELD_MAX]
         version = _config_version(stdin)
         with contextlib.suppress(OSError):
-            self.info_w.send(b"\0".join(
+            self.info_w.send(b"\0".join([_REPORT_REQUEST, *(
                 v.encode("utf-8", "replace").replace(b"\0", b" ")[:_FIELD_MAX]
-                for v in ("request", cid, cmd, ref, version)))
+                for v in (cid, cmd, ref, version))]))
 
         # Who is calling decides before anything of the request is acted on.
         try:
@@ -652,14 +719,14 @@ class Worker:
         except _Refused as exc:
             why = f"{exc}; the launcher runs it one-shot, with the caller's own privileges"
             _log(self.log_fd, cid, f"{cmd} {ref[:_FIELD_MAX]}: refused, {why}")
-            _reply(conn, proto.ST_REFUSED, 0, why.encode())
+            _reply(conn, ST_REFUSED, 0, why.encode())
             return _ANSWERED
         plugin = self.plugins.get(ref)
         if plugin is None:
             why = (f"plugin {ref[:_FIELD_MAX]!r} is not served by this worker (serving: "
                    f"{', '.join(sorted(self.plugins)) or 'none'}; add it with --preload)")
             _log(self.log_fd, cid, f"{cmd}: unknown plugin: {why}")
-            _reply(conn, proto.ST_UNKNOWN, 0, why.encode())
+            _reply(conn, ST_UNKNOWN, 0, why.encode())
             return _ANSWERED
 
         _enter_namespaces(fds)
@@ -669,13 +736,13 @@ class Worker:
             except OSError as exc:  # nothing ran yet: the launcher runs it itself
                 _log(self.log_fd, cid, f"{cmd} {ref}: refused, cannot take the launcher's "
                                        f"capabilities ({exc}); the launcher runs it one-shot")
-                _reply(conn, proto.ST_REFUSED, 0, str(exc).encode())
+                _reply(conn, ST_REFUSED, 0, str(exc).encode())
                 return _ANSWERED
         _enter_process_context(fds[2], os.fsdecode(cwd_b), umask, env)
         out, code = _dispatch(plugin, stdin, InProcessExec(self.plugins, self.ident, self.log_fd,
                                                            cid))
         try:
-            conn.sendall(proto.encode_reply(proto.ST_DONE, code, out))
+            conn.sendall(encode_reply(ST_DONE, code, out))
         except OSError as exc:
             _log(self.log_fd, cid, f"{cmd} {ref}: exit {code}, but the launcher is gone ({exc})")
             return _CLIENT_GONE
@@ -723,13 +790,11 @@ class InProcessExec(SubprocessExec):
                               captured.getvalue().encode(), stderr)
 
     def _served_here(self, path: str, env: Any) -> tuple[str, Any] | None:
-        from .install import launcher_info
-
-        info = launcher_info(path)
+        info = launcher_info(path)  # one stat when this executable was seen before
         if info is None or info["ref"] not in self.plugins:
             return None
         try:
-            st = os.stat(env.get(proto.SOCKET_ENV) or info["socket"])
+            st = os.stat(env.get(SOCKET_ENV) or info["socket"])
         except OSError:
             return None
         if (st.st_dev, st.st_ino) != self.ident:
@@ -764,13 +829,13 @@ def _reply(conn: socket.socket, status: int, exit_code: int, out: bytes) -> None
     """Answer without waiting long on a client that does not read."""
     with contextlib.suppress(OSError):
         conn.settimeout(1.0)
-        conn.sendall(proto.encode_reply(status, exit_code, out))
+        conn.sendall(encode_reply(status, exit_code, out))
 
 
 def _read_request(conn: socket.socket, deadline: float) -> tuple[list[bytes], list[int]]:
     """One request: (fields, received fds), all of it before ``deadline``
     (monotonic). Raises `_TooLarge` (its length) past
-    `proto.MAX_REQUEST_BYTES`, ValueError/OSError (TimeoutError) otherwise."""
+    `MAX_REQUEST_BYTES`, ValueError/OSError (TimeoutError) otherwise."""
     fds: list[int] = []
 
     def recv_some(n: int) -> bytes:
@@ -782,20 +847,19 @@ def _read_request(conn: socket.socket, deadline: float) -> tuple[list[bytes], li
 
     try:
         conn.settimeout(max(0.001, deadline - time.monotonic()))
-        data, anc, _, _ = conn.recvmsg(8, socket.CMSG_SPACE(8 * 4), socket.MSG_CMSG_CLOEXEC)
+        data, anc, _, _ = conn.recvmsg(REQUEST_HEADER, socket.CMSG_SPACE(8 * 4),
+                                       socket.MSG_CMSG_CLOEXEC)
         for level, kind, payload in anc:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds.extend(int.from_bytes(payload[i:i + 4], sys.byteorder)
                            for i in range(0, len(payload) - len(payload) % 4, 4))
-        while len(data) < 8:
-            more = recv_some(8 - len(data))
+        while len(data) < REQUEST_HEADER:
+            more = recv_some(REQUEST_HEADER - len(data))
             if not more:
                 raise ValueError("truncated request header")
             data += more
-        if data[:4] != proto.REQUEST_MAGIC:
-            raise ValueError(f"not a cni-skel request: {data[:4]!r}")
-        length = int.from_bytes(data[4:8], "big")
-        if length > proto.MAX_REQUEST_BYTES:
+        length = request_length(data)
+        if length > MAX_REQUEST_BYTES:
             raise _TooLarge(length)
         body = bytearray()
         while len(body) < length:
@@ -803,7 +867,7 @@ def _read_request(conn: socket.socket, deadline: float) -> tuple[list[bytes], li
             if not more:
                 raise ValueError("truncated request")
             body += more
-        fields = proto.decode_fields(bytes(body))
+        fields = decode_fields(bytes(body))
         if not fields:
             raise ValueError("empty request")
     except TimeoutError:
@@ -832,7 +896,7 @@ def _rehearse(plugins: dict[str, Any]) -> None:
 
 def _config_version(stdin: bytes) -> str:
     try:
-        v = proto.loads_light(stdin).get("cniVersion")
+        v = loads_light(stdin).get("cniVersion")
     except Exception:
         return ""
     return v if v in ALL_VERSIONS else ""
@@ -904,4 +968,4 @@ def serve(socket_path: str = DEFAULT_SOCKET, refs: list[str] | None = None, *,
 def check(socket_path: str = DEFAULT_SOCKET, timeout: float = 5.0) -> tuple[bool, str]:
     """Does a worker answer on ``socket_path``? ``(True, its description)``
     or ``(False, why not)``."""
-    return proto.ping(socket_path, timeout)
+    return ping(socket_path, timeout)

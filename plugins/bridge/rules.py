@@ -11,7 +11,7 @@ Masquerade, table ``inet cni_skel_bridge``::
     chain postrouting { type nat hook postrouting priority srcnat; }
         ip saddr @<N>_pods4 jump <N>             # one pair per network
         ip6 saddr @<N>_pods6 jump <N>
-    chain <N> {                                  # N = "n_" + hash(network name)
+    chain <N> {                                  # N: nft.network_tag, "n_" + 16 hex
         ip saddr . ip daddr @<N>_local4 return   # to the pod's own subnet
         ip daddr 224.0.0.0/4 return              # multicast
         ip6 saddr . ip6 daddr @<N>_local6 return
@@ -56,14 +56,13 @@ only adds elements, and a DEL of nothing commits nothing.
 from __future__ import annotations
 
 import errno
-import hashlib
 import ipaddress
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from cni_skel.nft import Nft, NftError, Table
+from cni_skel.nft import Nft, NftError, Table, network_tag
 
-__all__ = ["Masquerade", "SpoofCheck", "apply", "network_id"]
+__all__ = ["Masquerade", "SpoofCheck", "apply"]
 
 TABLE = "cni_skel_bridge"
 MASQ_FAMILY = "inet"
@@ -76,12 +75,6 @@ _P = {4: "ip", 6: "ip6"}
 _ADDR_TYPE = {4: "ipv4_addr", 6: "ipv6_addr"}
 
 IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
-
-
-def network_id(network: str) -> str:
-    """Short, stable nftables-safe name for a network: ``n_`` + 16 hex digits
-    of SHA-256 of its name."""
-    return "n_" + hashlib.sha256(network.encode()).hexdigest()[:16]
 
 
 def _payload(version: int, field: str) -> dict:
@@ -102,7 +95,7 @@ class Masquerade:
 
     def __init__(self, network: str, nft: Nft | None = None) -> None:
         self.network = network
-        self.id = network_id(network)
+        self.id = network_tag(network, prefix="n_", width=16)  # bridge's format (nft)
         self.nft = nft or Nft()
 
     def set_names(self, version: int) -> tuple[str, str]:
@@ -203,7 +196,7 @@ class SpoofCheck:
 
     def __init__(self, network: str, nft: Nft | None = None) -> None:
         self.network = network
-        self.id = network_id(network)
+        self.id = network_tag(network, prefix="n_", width=16)  # bridge's format (nft)
         self.nft = nft or Nft()
         self.ports = f"{self.id}_spoofchk_ports"
         self.allowed = f"{self.id}_spoofchk_allowed"

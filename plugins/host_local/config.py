@@ -151,7 +151,7 @@ class ArgsConf(CNIModel):
 
 class HostLocalConf(NetConf):
     """The network configuration host-local receives (the whole plugin
-    object; ``ipam`` is its own). GC reads `NetConf.attachment_list`."""
+    object; ``ipam`` is its own). GC reads `NetConf.gc_keep`."""
 
     ipam: IPAMSettings | None = None
     runtime_config: RuntimeConf = Field(default_factory=RuntimeConf, alias="runtimeConfig")

@@ -10,7 +10,7 @@ families in one listing and one transaction)::
     chain hostports {
         jump dnat_<G> comment "<network>"          # one per network (x conditions)
     }
-    chain dnat_<G> {                               # G = <network id>_<conditions id>
+    chain dnat_<G> {            # G = <nft.network_tag: "n" + 12 hex>_<conditions: 8 hex>
         meta nfproto ipv4 <conditionsV4> dnat ip to
             ip daddr . meta l4proto . th dport map @<G>_ha4 :
             ip daddr . meta l4proto . th dport map @<G>_hp4
@@ -78,7 +78,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cni_skel.errors import ERR_INVALID_NETWORK_CONFIG, CNIError
-from cni_skel.nft import COMMENT_MAX, GetElement
+from cni_skel.nft import COMMENT_MAX, GetElement, network_tag
 
 from .config import PROTOCOLS
 
@@ -96,7 +96,6 @@ __all__ = [
     "group_layout",
     "group_maps",
     "network_groups",
-    "network_id",
     "nft_types",
     "normalize",
     "query",
@@ -130,16 +129,11 @@ _MAP_KINDS = {"a": ("proto", "port"), "p": ("proto", "port"),
 _GROUP_MAP = re.compile(r"^(n[0-9a-f]{12})_([0-9a-f]{8})_(a|p|ha|hp)([46])$")
 
 
-def network_id(network: str) -> str:
-    """``n`` + 12 hex digits of SHA-256 of the network name."""
-    return "n" + hashlib.sha256(network.encode()).hexdigest()[:12]
-
-
 def group_id(network: str, cond4: list[str], cond6: list[str]) -> str:
     """``<network id>_<8 hex digits of the conditions>``: a network's DNAT
     chain and maps for one set of conditions."""
     conds = hashlib.sha256(json.dumps([cond4, cond6]).encode()).hexdigest()[:8]
-    return f"{network_id(network)}_{conds}"
+    return f"{network_tag(network)}_{conds}"
 
 
 def group_maps(gid: str) -> list[str]:

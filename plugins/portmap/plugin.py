@@ -1,4 +1,5 @@
-"""portmap's verbs: ADD, CHECK, DEL, GC, STATUS (layout in `.layout`).
+"""The portmap plugin: `PortMap` and the nftables steps of its verbs
+(layout in `.layout`).
 
 Cost: ADD (no conflict), CHECK and DEL do not grow with the number of other
 pods' mappings: ADD is one ``create element`` transaction (the kernel refuses
@@ -33,14 +34,17 @@ from cni_skel.nft import (
     Table,
     attachment_tag,
     lookup,
+    network_tag,
     nft_status,
 )
-from cni_skel.types import check_expressible
+from cni_skel.rollback import rollback
+from cni_skel.skel import Plugin
+from cni_skel.types import Result, check_expressible
 
 from . import layout as L
 from .config import PROTOCOLS, PortMapConf
 
-__all__ = ["add", "check", "container_ips", "delete", "gc", "status"]
+__all__ = ["PortMap", "container_ips"]
 
 IPAddr = ipaddress.IPv4Address | ipaddress.IPv6Address
 _ATTEMPTS = 5
@@ -361,100 +365,11 @@ def _flush_udp(conf: PortMapConf, ips: dict[int, IPAddr]) -> None:
                 _log(f"failed to delete stale UDP conntrack entries (IPv{v}, port {port}): {e}")
 
 
-# --- verbs ---------------------------------------------------------------------------
-
-
 def _need_prev(conf: PortMapConf) -> None:
     if conf.prev_result is None:
         raise CNIError(ERR_INVALID_NETWORK_CONFIG,
                        "invalid network config: prevResult: required key is missing",
                        "portmap must be called as a chained plugin")
-
-
-def add(args: CmdArgs, conf: PortMapConf) -> Any:
-    _need_prev(conf)
-    check_expressible(conf.cni_version, conf.prev_result)  # the result is prevResult
-    if not conf.port_mappings:
-        return conf.prev_result
-    gid, want = _wanted(args, conf)
-    if not want:
-        _log("no container address for the port mappings; nothing to do")
-        return conf.prev_result
-    tag = attachment_tag(args.container_id, args.ifname)
-    ips = container_ips(conf, args.ifname)
-    nft = Nft()
-    _apply_add(nft, conf, gid, want, tag, L.Record.of(gid, ips, conf.port_mappings))
-    if conf.snat_enabled and 4 in ips:
-        try:
-            _route_localnet(conf, ips[4])
-        except CNIError as e:
-            _remove(tag, want, "portmap: rolling back", nft)
-            raise CNIError(e.code, f"portmap: unable to enable route_localnet: {e.msg}",
-                           e.details) from e
-    _flush_udp(conf, ips)
-    return conf.prev_result
-
-
-def check(args: CmdArgs, conf: PortMapConf) -> None:
-    _need_prev(conf)
-    if not conf.port_mappings:
-        return
-    gid, want = _wanted(args, conf)
-    if not want:
-        return
-    tag = attachment_tag(args.container_id, args.ifname)
-    chains = (L.HOSTPORTS, f"dnat_{gid}")
-    answers = lookup(L.FAMILY, L.TABLE, [GetTable(), *(GetChain(c) for c in chains),
-                                         *(L.query(e) for e in want)])
-    if not answers[0]:
-        raise CNIError(ERR_INTERNAL, f"portmap: nftables table {L.FAMILY} {L.TABLE} is missing")
-    problems = [f"chain {c} is missing" for c, ok in zip(chains, answers[1:3], strict=True)
-                if not ok]
-    for e, el in zip(want, answers[3:], strict=True):
-        if el is None:
-            problems.append(f"{e.what}: missing from {e.set}")
-        elif el.comment != tag:
-            problems.append(f"{e.what}: {e.set} entry belongs to {el.comment}")
-        elif el.data != e.data:
-            problems.append(f"{e.what}: {e.set} holds {el.data}, not {e.data}")
-    if problems:
-        raise CNIError(ERR_INTERNAL, f"portmap: {problems[0]}", "; ".join(problems))
-
-
-def delete(args: CmdArgs, conf: PortMapConf) -> None:
-    hint: list[L.Entry] = []
-    if conf.port_mappings and conf.prev_result is not None:
-        try:
-            hint = _wanted(args, conf)[1]
-        except CNIError:  # mappings that ADD would refuse: nothing of them was made
-            hint = []
-    _remove(attachment_tag(args.container_id, args.ifname), hint,
-            "portmap: removing port mappings")
-
-
-def gc(args: CmdArgs, conf: PortMapConf) -> None:
-    valid_list = conf.attachment_list()
-    if valid_list is None:
-        raise CNIError(ERR_INVALID_NETWORK_CONFIG, "GC needs cni.dev/valid-attachments",
-                       "without the list of valid attachments nothing is removed")
-    valid = {attachment_tag(a.container_id, a.ifname) for a in valid_list}
-    nft = Nft()
-    current = L.group_id(conf.name, conf.conditions(4), conf.conditions(6))
-    for _ in range(_ATTEMPTS):
-        table = nft.table(L.FAMILY, L.TABLE)
-        if table is None:
-            return
-        cmds = _gc_cmds(table, L.network_id(conf.name), current, valid)
-        if not cmds:
-            return
-        try:
-            nft.run(cmds, what="portmap: garbage collection")
-            return
-        except NftError as e:
-            if e.errno != errno.ENOENT:
-                raise
-    raise CNIError(ERR_TRY_AGAIN_LATER, "portmap: garbage collection: nftables table "
-                   f"{L.FAMILY} {L.TABLE} kept changing")
 
 
 def _gc_cmds(table: Table, nid: str, current: str, valid: set[str]) -> list[dict]:
@@ -518,5 +433,166 @@ def _stale_records(table: Table, nid: str, valid: set[str]) -> dict[bytes, list[
     return out
 
 
-def status(args: CmdArgs, conf: PortMapConf) -> None:
-    nft_status()
+# --- the plugin ----------------------------------------------------------------
+
+
+class PortMap(Plugin):
+    """portmap: ``runtimeConfig.portMappings`` DNATed to the container.
+
+    Config: `cni_skel_plugins.portmap.config` (``portMappings``, ``snat``,
+    ``masqAll``, ``backend``, ``conditionsV4``/``conditionsV6``).
+
+    ADD (prevResult required, code 7 without): the first IPv4 and IPv6
+    address of prevResult on CNI_IFNAME (Go's choice) get every mapping of
+    their family, in one nftables transaction: DNAT for traffic to any local
+    address of the node (prerouting and output hooks, ``fib daddr type
+    local``), or to ``hostIP`` only; with ``snat`` (default true) hairpin
+    traffic (the container to its own host port) and, for IPv4, traffic from
+    127.0.0.0/8 are masqueraded (``route_localnet=1`` on the node interfaces
+    of prevResult); ``masqAll`` masquerades mapped traffic from any source.
+    (Hairpin through a Linux bridge with br_netfilter loaded also needs the
+    bridge plugin's ``hairpinMode``, as with Go.)
+    Stale UDP conntrack entries to the host ports are then deleted (failures
+    logged, as Go). No mappings, or no address: prevResult passed through.
+    Errors: 7 when a (hostIP, protocol, hostPort) is already mapped by
+    another attachment, in any network (Go: last writer wins), or twice in
+    the request to different container ports; 7/2 for config errors (see
+    the config module); nothing is applied on any error.
+
+    CHECK: every mapping of the container is present, tagged with this
+    attachment and pointing at its address and port (999 otherwise; 7
+    without prevResult). DEL: removes every entry tagged with this attachment
+    (``containerID/ifname``), with or without portMappings and prevResult (Go
+    does nothing without portMappings), in one transaction; nothing to remove
+    commits nothing. ADD keeps a record of each attachment in the table, so
+    CHECK and DEL read only their own elements: their cost does not grow
+    with the number of pods. GC (1.1.0): removes this
+    network's entries of attachments not in ``cni.dev/valid-attachments``
+    (7 without the list), and this network's DNAT chains left empty by a
+    change of conditions. STATUS (1.1.0): 50 when nftables can not be used.
+    """
+
+    name = "portmap"
+    about = "CNI portmap plugin (cni-skel, nftables)"
+    config_model = PortMapConf
+
+    def add(self, args: CmdArgs, conf: PortMapConf) -> Result:
+        """Map the host ports to the container (Go's cmdAdd: forwardPorts,
+        route_localnet, stale UDP conntrack entries); see the class
+        docstring. The mappings are removed again when route_localnet can
+        not be set. Returns prevResult unchanged.
+
+        Raises:
+            CNIError: 7 without prevResult or on a port conflict; 1 when
+                prevResult cannot be written in the config's cniVersion;
+                999 when nftables refuses.
+        """
+        _need_prev(conf)
+        check_expressible(conf.cni_version, conf.prev_result)  # the result is prevResult
+        if not conf.port_mappings:
+            return conf.prev_result
+        gid, want = _wanted(args, conf)
+        if not want:
+            _log("no container address for the port mappings; nothing to do")
+            return conf.prev_result
+        tag = attachment_tag(args.container_id, args.ifname)
+        ips = container_ips(conf, args.ifname)
+        nft = Nft()
+        with rollback(self.name) as undo:
+            _apply_add(nft, conf, gid, want, tag, L.Record.of(gid, ips, conf.port_mappings))
+            undo.callback("removing port mappings", _remove, tag, want, "portmap: rolling back",
+                          nft)
+            if conf.snat_enabled and 4 in ips:
+                try:
+                    _route_localnet(conf, ips[4])
+                except CNIError as e:
+                    raise CNIError(e.code, f"portmap: unable to enable route_localnet: {e.msg}",
+                                   e.details) from e
+        _flush_udp(conf, ips)
+        return conf.prev_result
+
+    def check(self, args: CmdArgs, conf: PortMapConf) -> None:
+        """Every mapping of the container is present, tagged with this
+        attachment and pointing at its address and port (point reads only).
+
+        Raises:
+            CNIError: 7 without prevResult; 999 naming every problem.
+        """
+        _need_prev(conf)
+        if not conf.port_mappings:
+            return
+        gid, want = _wanted(args, conf)
+        if not want:
+            return
+        tag = attachment_tag(args.container_id, args.ifname)
+        chains = (L.HOSTPORTS, f"dnat_{gid}")
+        answers = lookup(L.FAMILY, L.TABLE, [GetTable(), *(GetChain(c) for c in chains),
+                                             *(L.query(e) for e in want)])
+        if not answers[0]:
+            raise CNIError(ERR_INTERNAL,
+                           f"portmap: nftables table {L.FAMILY} {L.TABLE} is missing")
+        problems = [f"chain {c} is missing" for c, ok in zip(chains, answers[1:3], strict=True)
+                    if not ok]
+        for e, el in zip(want, answers[3:], strict=True):
+            if el is None:
+                problems.append(f"{e.what}: missing from {e.set}")
+            elif el.comment != tag:
+                problems.append(f"{e.what}: {e.set} entry belongs to {el.comment}")
+            elif el.data != e.data:
+                problems.append(f"{e.what}: {e.set} holds {el.data}, not {e.data}")
+        if problems:
+            raise CNIError(ERR_INTERNAL, f"portmap: {problems[0]}", "; ".join(problems))
+
+    def delete(self, args: CmdArgs, conf: PortMapConf) -> None:
+        """Remove every entry tagged with this attachment, with or without
+        portMappings and prevResult (Go does nothing without portMappings),
+        in one transaction; nothing to remove commits nothing.
+
+        Raises:
+            CNIError: 999 when nftables refuses; 11 when the table kept
+                changing under us.
+        """
+        hint: list[L.Entry] = []
+        if conf.port_mappings and conf.prev_result is not None:
+            try:
+                hint = _wanted(args, conf)[1]
+            except CNIError:  # mappings that ADD would refuse: nothing of them was made
+                hint = []
+        _remove(attachment_tag(args.container_id, args.ifname), hint,
+                "portmap: removing port mappings")
+
+    def gc(self, args: CmdArgs, conf: PortMapConf) -> None:
+        """Remove this network's entries of attachments not in
+        `NetConf.gc_keep`, and this network's DNAT chains and maps left
+        empty by a change of conditions (Go's portmap has no GC).
+
+        Raises:
+            CNIError: 7 without a list of valid attachments; 999 when
+                nftables refuses; 11 when the table kept changing.
+        """
+        valid = conf.gc_keep_tags()
+        nft = Nft()
+        current = L.group_id(conf.name, conf.conditions(4), conf.conditions(6))
+        for _ in range(_ATTEMPTS):
+            table = nft.table(L.FAMILY, L.TABLE)
+            if table is None:
+                return
+            cmds = _gc_cmds(table, network_tag(conf.name), current, valid)
+            if not cmds:
+                return
+            try:
+                nft.run(cmds, what="portmap: garbage collection")
+                return
+            except NftError as e:
+                if e.errno != errno.ENOENT:
+                    raise
+        raise CNIError(ERR_TRY_AGAIN_LATER, "portmap: garbage collection: nftables table "
+                       f"{L.FAMILY} {L.TABLE} kept changing")
+
+    def status(self, args: CmdArgs, conf: PortMapConf) -> None:
+        """Ready when nftables can be used here.
+
+        Raises:
+            CNIError: 50 when it cannot (`cni_skel.nft.nft_status`).
+        """
+        nft_status()
