@@ -27,6 +27,8 @@ import subprocess
 import sys
 import time
 
+from cni_skel.warm.install import plugin_registry, write_executable
+
 GO_BIN = "/usr/lib/cni"
 PLUGINS = ("bridge", "host-local", "loopback", "portmap", "tuning")
 
@@ -86,8 +88,6 @@ class OneShotMode(Mode):
     key, label = "oneshot", "ours (launchers, no worker)"
 
     def install(self, work_dir: str) -> None:
-        from cni_skel.warm.install import plugin_registry, write_executable
-
         self.refs = plugin_registry()
         missing = [p for p in PLUGINS if p not in self.refs]
         if missing:
@@ -135,8 +135,6 @@ class WarmMode(OneShotMode):
         return os.path.join(work_dir, "warm", "worker.sock")
 
     def install(self, work_dir: str) -> None:
-        from cni_skel.warm.install import write_executable
-
         if importlib.util.find_spec("cni_skel.warm.server") is None or \
                 "worker_socket" not in inspect.signature(write_executable).parameters:
             raise ModeUnavailable("warm mode needs cni_skel.warm.server and launchers "

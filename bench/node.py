@@ -31,6 +31,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from cni_skel.skel import dispatch, resolve_ref
+
 _plugins: dict[str, Any] = {}
 
 
@@ -100,8 +102,6 @@ def do_exec(req: dict, spawn: str | None) -> dict:
 
 
 def do_dispatch(req: dict) -> dict:
-    from cni_skel.skel import dispatch, resolve_ref
-
     ref = req["ref"]
     cls = _plugins.get(ref)
     if cls is None:

@@ -29,6 +29,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from cni_skel.harness import create_netns, remove_netns
+from cni_skel.warm.install import python_argv
+
 from .modes import MODES, PLUGINS, Mode, ModeUnavailable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -98,8 +101,6 @@ class Node:
     """A node namespace plus its agent (bench/node.py) for one mode."""
 
     def __init__(self, key: str, spawn: str | None, log_fp) -> None:
-        from cni_skel.harness import create_netns
-
         self.ns = create_netns(f"cnbn-{key}")
         self.proc = subprocess.Popen(
             ["ip", "netns", "exec", self.ns.name, sys.executable, "-m", "bench.node",
@@ -121,8 +122,6 @@ class Node:
         return answer["ok"]
 
     def close(self) -> None:
-        from cni_skel.harness import remove_netns
-
         try:
             if self.proc.poll() is None:
                 self.proc.stdin.write('{"op": "exit"}\n')
@@ -226,8 +225,6 @@ class Bench:
         return out
 
     def close(self) -> None:
-        from cni_skel.harness import remove_netns
-
         for ns in self.pods:
             try:
                 remove_netns(ns)
@@ -243,15 +240,11 @@ class Bench:
         shutil.rmtree(self.work, ignore_errors=True)
 
     def pod(self):
-        from cni_skel.harness import create_netns
-
         ns = create_netns("cnbp")
         self.pods.append(ns)
         return ns
 
     def drop_pod(self, ns) -> None:
-        from cni_skel.harness import remove_netns
-
         remove_netns(ns)
         self.pods.remove(ns)
 
@@ -477,8 +470,6 @@ class Bench:
 
     def traced_argv(self, exe: str) -> list[str]:
         """``exe``'s Python command line plus ``-X importtime``."""
-        from cni_skel.warm.install import python_argv
-
         return python_argv(exe, ("-X", "importtime"))
 
     def profile(self) -> None:

@@ -5,13 +5,15 @@ imports only what it needs; ``from cni_skel import Plugin`` costs the stdlib.
 
     Plugin, CmdArgs, dispatch        the skeleton (cni_skel.skel, cni_skel.env)
     CNIError                         errors with spec codes (cni_skel.errors)
-    NetConf, IPAMConf                config models (cni_skel.config)
+    NetConf, IPAMConf, GCAttachment  config models (cni_skel.config)
     CNIArgs, K8sArgs, load_args      typed CNI_ARGS (cni_skel.args)
     Result, Interface, IPConfig,
     Route, DNS, parse_result         result models (cni_skel.types)
     NetNS, open_netns                network namespaces (cni_skel.netns)
     rollback, Rollback               undo a failed ADD (cni_skel.rollback)
-    ipam_add, delegate_*             IPAM delegation (cni_skel.invoke)
+    ipam_add, delegate_*,            IPAM delegation and how plugins are run
+    Exec, SubprocessExec             (cni_skel.invoke; Go's invoke.Exec)
+    Link                             a link as the kernel reports it (cni_skel.netlink)
 """
 
 from __future__ import annotations
@@ -31,13 +33,15 @@ _EXPORTS = {
     "Plugin": "skel", "dispatch": "skel",
     "CmdArgs": "env",
     "CNIError": "errors",
-    "NetConf": "config", "IPAMConf": "config",
+    "NetConf": "config", "IPAMConf": "config", "GCAttachment": "config",
     "CNIArgs": "args", "K8sArgs": "args", "load_args": "args",
     "Result": "types", "Interface": "types", "IPConfig": "types", "Route": "types",
     "DNS": "types", "parse_result": "types",
     "NetNS": "netns", "open_netns": "netns",
     "ipam_add": "invoke", "delegate_add": "invoke", "delegate_check": "invoke",
     "delegate_del": "invoke", "delegate_status": "invoke", "delegate_gc": "invoke",
+    "Exec": "invoke", "SubprocessExec": "invoke",
+    "Link": "netlink",
     "ALL_VERSIONS": "version", "CURRENT_VERSION": "version",
 }
 

@@ -17,7 +17,7 @@ from pydantic_core import PydanticCustomError
 
 from .errors import ERR_INVALID_NETWORK_CONFIG, ERR_UNSUPPORTED_FIELD, CNIError
 from .model import CNIModel
-from .nft import attachment_tag
+from .tags import attachment_tag
 from .types import DNS, Result, parse_result
 
 __all__ = [
@@ -141,7 +141,7 @@ class NetConf(CNIModel):
         return keep
 
     def gc_keep_tags(self) -> set[str]:
-        """`gc_keep` as nftables attachment tags (`cni_skel.nft.attachment_tag`),
+        """`gc_keep` as nftables attachment tags (`cni_skel.tags.attachment_tag`),
         for plugins whose entries carry them. Raises as `gc_keep`."""
         return {attachment_tag(a.container_id, a.ifname) for a in self.gc_keep()}
 

@@ -85,19 +85,20 @@ class CmdArgs:
         stdin_data: the raw config bytes, as a delegated plugin must receive them.
         env: the whole environment the plugin was started with; delegated
             plugins inherit it with CNI_COMMAND replaced.
-        cni_args: CNI_ARGS parsed into the plugin's ``args_model`` (None when
-            the plugin declares none).
+        typed_args: CNI_ARGS parsed into the plugin's ``args_model`` (None
+            when the plugin declares none); Go plugins parse ``args`` with
+            ``types.LoadArgs`` themselves. ``cni_args`` is an old name of it.
         exec: the `cni_skel.invoke.Exec` delegated plugins run through (Go
             ``invoke.Exec``); None means `cni_skel.invoke.DEFAULT_EXEC`
             (each delegate its own process). Set by ``dispatch(exec=...)``.
     """
 
-    __slots__ = ("args", "cni_args", "command", "container_id", "env", "exec", "ifname", "netns",
-                 "path", "stdin_data")
+    __slots__ = ("args", "command", "container_id", "env", "exec", "ifname", "netns", "path",
+                 "stdin_data", "typed_args")
 
     def __init__(self, command: str, container_id: str = "", netns: str = "", ifname: str = "",
                  args: str = "", path: str = "", stdin_data: bytes = b"",
-                 env: Mapping[str, str] | None = None, cni_args: Any = None,
+                 env: Mapping[str, str] | None = None, typed_args: Any = None,
                  exec: Any = None) -> None:
         # A plain class, not a dataclass: importing dataclasses costs ~5 ms
         # on every VERSION call.
@@ -109,8 +110,13 @@ class CmdArgs:
         self.path = path
         self.stdin_data = stdin_data
         self.env = env if env is not None else {}
-        self.cni_args = cni_args
+        self.typed_args = typed_args
         self.exec = exec
+
+    @property
+    def cni_args(self) -> Any:
+        """The old name of `typed_args` (kept for plugins written before 0.2)."""
+        return self.typed_args
 
     def replace(self, **changes: Any) -> CmdArgs:
         """A copy with some attributes changed."""

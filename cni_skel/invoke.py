@@ -34,6 +34,7 @@ from .errors import (
     CNIError,
 )
 from .rollback import Rollback
+from .types import parse_result
 
 __all__ = [
     "DEFAULT_EXEC",
@@ -205,8 +206,6 @@ def delegate_add(plugin_type: str, stdin_data: bytes, args: CmdArgs, *,
     Raises:
         CNIError: the delegate's error, or code 6 when its output is not a result.
     """
-    from .types import parse_result
-
     out = _delegate("ADD", plugin_type, stdin_data, args, timeout, stderr)
     if not out.strip():
         raise CNIError(ERR_DECODING_FAILURE, f'plugin "{plugin_type}" printed no result for ADD')
@@ -253,14 +252,18 @@ def ipam_add(undo: Rollback, plugin_type: str, stdin_data: bytes, args: CmdArgs,
 
 def get_version_info(plugin_path: str, *, cni_version: str = "1.1.0",
                      env: Mapping[str, str] | None = None,
-                     timeout: float | None = None) -> dict:
-    """Ask a plugin executable VERSION; returns the decoded VersionResult.
+                     timeout: float | None = None, exec: Exec | None = None,
+                     stderr: IO[str] | None = None) -> dict:
+    """Ask a plugin executable VERSION through ``exec`` (default
+    `DEFAULT_EXEC`); returns the decoded VersionResult (Go
+    ``invoke.GetVersionInfo``).
 
     Raises:
         CNIError: its error, or code 6 when the answer is not a VersionResult.
     """
-    out = exec_plugin(plugin_path, "VERSION", json.dumps({"cniVersion": cni_version}).encode(),
-                      env if env is not None else os.environ, timeout=timeout)
+    out = (exec or DEFAULT_EXEC).run(
+        plugin_path, "VERSION", json.dumps({"cniVersion": cni_version}).encode(),
+        env if env is not None else os.environ, timeout=timeout, stderr=stderr)
     try:
         data = json.loads(out)
     except ValueError:

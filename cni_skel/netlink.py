@@ -216,10 +216,6 @@ class Link:
     peer_index: int | None = None
     flags: int = 0
 
-    def __getitem__(self, key: str) -> Any:
-        # Transitional: the dict keys find_link answered before it was typed.
-        return getattr(self, "peer_index" if key == "link" else key)
-
 
 def _link_summary(msg: Any) -> Link:
     return Link(
@@ -277,7 +273,18 @@ def link_index(ipr: IPRoute, name: Link | str | int) -> int:
     link = find_link(ipr, name)
     if link is None:
         raise LinkNotFound(name)
-    return link["index"]
+    return link.index
+
+
+def _index_or_none(ipr: IPRoute, name: Link | str | int) -> int | None:
+    """A `Link`'s or an int's index as given; a name's looked up (None: no
+    such link). Callers given an index treat ENODEV as "missing"."""
+    if isinstance(name, Link):
+        return name.index
+    if isinstance(name, int):
+        return name
+    link = find_link(ipr, name)
+    return None if link is None else link.index
 
 
 def link_set(ipr: IPRoute, name: Link | str | int, /, **attrs: Any) -> None:
@@ -357,13 +364,13 @@ def delete_link(ipr: IPRoute, name: Link | str | int, missing_ok: bool = True) -
         LinkNotFound: (999) missing and not ``missing_ok``.
         CNIError: 999 for kernel errors (e.g. EOPNOTSUPP for ``lo``).
     """
-    link = find_link(ipr, name)
-    if link is None:
+    index = _index_or_none(ipr, name)
+    if index is None:
         if missing_ok:
             return False
         raise LinkNotFound(name)
     ignore = (errno.ENODEV,) if missing_ok else ()
-    result = _call("delete link", name, ipr.link, "del", index=link["index"], ignore=ignore)
+    result = _call("delete link", name, ipr.link, "del", index=index, ignore=ignore)
     return result is not None
 
 
@@ -392,7 +399,7 @@ def create_veth_pair(
     mtu: int | None = None,
     mac: str | None = None,
     peer_mac: str | None = None,
-) -> tuple[dict, dict]:
+) -> tuple[Link, Link]:
     """Create a veth pair ``name`` <-> ``peer_name`` in ``ipr``'s namespace.
 
     With ``peer_netns`` the peer is created directly in that namespace
@@ -402,7 +409,7 @@ def create_veth_pair(
     Both ends are left down.
 
     Returns:
-        ``(link, peer)`` summaries as :func:`find_link`; the peer's is read
+        ``(link, peer)``: the two `Link` objects; the peer's is read
         through an IPRoute bound to ``peer_netns`` (its ifindex belongs there).
 
     Raises:
@@ -461,8 +468,8 @@ RTEXT_FILTER_BRVLAN = 0x2
 
 
 def ensure_bridge(ipr: IPRoute, name: str, *, mtu: int | None = None,
-                  vlan_filtering: bool = False) -> dict:
-    """Create Linux bridge ``name`` unless it exists; return its summary.
+                  vlan_filtering: bool = False) -> Link:
+    """Create Linux bridge ``name`` unless it exists; return its `Link`.
 
     An existing bridge is reused as it is (its MTU is not changed, as Go's
     bridge plugin: ``LinkAdd`` with EEXIST ignored). Concurrent callers are
@@ -488,10 +495,10 @@ def ensure_bridge(ipr: IPRoute, name: str, *, mtu: int | None = None,
     link = find_link(ipr, name)
     if link is None:
         raise CNIError(ERR_INTERNAL, f'bridge "{name}" vanished right after creation')
-    if link["kind"] != "bridge":
+    if link.kind != "bridge":
         raise CNIError(ERR_INTERNAL, f'"{name}" already exists but is not a bridge')
     if vlan_filtering:
-        _call("enable VLAN filtering on", name, ipr.link, "set", index=link["index"],
+        _call("enable VLAN filtering on", name, ipr.link, "set", index=link.index,
               kind="bridge", br_vlan_filtering=1)
     return link
 
@@ -499,10 +506,11 @@ def ensure_bridge(ipr: IPRoute, name: str, *, mtu: int | None = None,
 def bridge_port(ipr: IPRoute, name: Link | str | int) -> dict | None:
     """Bridge-port settings of an enslaved link: ``{hairpin, isolated}``
     (bools), or None when the link is not a bridge port (or missing)."""
-    link = find_link(ipr, name)
-    if link is None:
+    index = _index_or_none(ipr, name)
+    msgs = None if index is None else \
+        _call("get link", name, ipr.link, "get", index=index, ignore=(errno.ENODEV,))
+    if not msgs:
         return None
-    msgs = _call("get link", name, ipr.link, "get", index=link["index"])
     data = msgs[0].get_nested("IFLA_LINKINFO", "IFLA_INFO_SLAVE_DATA")
     if msgs[0].get_nested("IFLA_LINKINFO", "IFLA_INFO_SLAVE_KIND") != "bridge" or data is None:
         return None
@@ -535,14 +543,14 @@ def bridge_port_set(ipr: IPRoute, name: Link | str | int, *, hairpin: bool | Non
 def bridge_vlans(ipr: IPRoute, name: Link | str | int) -> list[tuple[int, bool, bool]]:
     """VLANs of a bridge port as ``(vid, pvid, untagged)``, sorted by vid
     (empty when VLAN filtering is off or the link is missing)."""
-    link = find_link(ipr, name)
-    if link is None:
+    index = _index_or_none(ipr, name)
+    if index is None:
         return []
     msgs = _call("list VLANs of", name, ipr.link, "dump", family=AF_BRIDGE,
                  ext_mask=RTEXT_FILTER_BRVLAN)
     out = []
     for msg in msgs:
-        if msg["index"] != link["index"]:
+        if msg["index"] != index:
             continue
         spec = msg.get("IFLA_AF_SPEC")
         for info in (spec.get_attrs("IFLA_BRIDGE_VLAN_INFO") if spec is not None else ()):
@@ -577,8 +585,8 @@ def bridge_vlan_del(ipr: IPRoute, name: Link | str | int, vid: int) -> None:
 
 
 def wait_operstate(ipr: IPRoute, name: Link | str | int, state: str = "UP", *,
-                   delays: tuple[float, ...] = (0, 0.05, 0.5, 1, 1)) -> dict:
-    """Poll link ``name`` until its operstate is ``state``; return its summary.
+                   delays: tuple[float, ...] = (0, 0.05, 0.5, 1, 1)) -> Link:
+    """Poll link ``name`` until its operstate is ``state``; return its `Link`.
 
     ``delays``: seconds slept before each look (Go's bridge plugin waits
     0/50/500/1000/1000 ms for the host veth to come up).
@@ -594,10 +602,10 @@ def wait_operstate(ipr: IPRoute, name: Link | str | int, state: str = "UP", *,
         link = find_link(ipr, name)
         if link is None:
             raise LinkNotFound(name)
-        if link["operstate"] == state:
+        if link.operstate == state:
             return link
     assert link is not None
-    raise CNIError(ERR_INTERNAL, f'"{link["name"]}" is in state {link["operstate"]}, not {state}')
+    raise CNIError(ERR_INTERNAL, f'"{link.name}" is in state {link.operstate}, not {state}')
 
 
 # --------------------------------------------------------------------------
@@ -678,15 +686,15 @@ def del_address(
         (EADDRNOTAVAIL when the address is missing and not ``missing_ok``).
     """
     iface = _interface(ip)
-    link = find_link(ipr, name)
-    if link is None:
+    index = _index_or_none(ipr, name)
+    if index is None:
         if missing_ok:
             return False
         raise LinkNotFound(name)
     ignore = (errno.EADDRNOTAVAIL, errno.ENODEV) if missing_ok else ()
     result = _call(
         f"delete address {iface} from", name, ipr.addr, "del",
-        index=link["index"], address=str(iface.ip), prefixlen=iface.network.prefixlen,
+        index=index, address=str(iface.ip), prefixlen=iface.network.prefixlen,
         family=socket.AF_INET if iface.version == 4 else socket.AF_INET6,
         ignore=ignore,
     )

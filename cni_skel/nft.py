@@ -4,8 +4,8 @@ Plugins describe what they want as libnftables JSON command objects
 (``{"add": {"set": {...}}}``), never as ``nft`` text, and never parse ``nft``
 output: listings come back as JSON objects too. ``libnftables.so.1`` is loaded
 through the ``nftables`` Python binding (PyPI ``pip-nftables``, the same
-module Debian ships as python3-nftables), imported lazily so that VERSION and
-plugins that do not need nftables never pay for it.
+module Debian ships as python3-nftables); only the plugins that use nftables
+import this module (attachment tags live in `cni_skel.tags`).
 
 The context acts in the network namespace of the *calling thread* (libnftables
 opens its netlink socket per command); wrap calls in `cni_skel.netns.NetNS.run`
@@ -27,11 +27,21 @@ Source: libnftables-json(5); nftables 1.0.x (Debian 12).
 from __future__ import annotations
 
 import errno
-import hashlib
+import ipaddress
+import os
 from collections.abc import Iterable, Iterator
+from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 from .errors import ERR_INTERNAL, ERR_PLUGIN_NOT_AVAILABLE, CNIError
+from .tags import COMMENT_MAX, attachment_tag, network_tag
+
+try:  # the binding only; libnftables.so.1 itself is loaded by Nft()
+    import nftables
+    _NFTABLES_MISSING = ""
+except ImportError as _exc:  # answered by Nft() with code 50, not at import
+    nftables = None
+    _NFTABLES_MISSING = str(_exc)
 
 __all__ = [
     "COMMENT_MAX",
@@ -49,46 +59,6 @@ __all__ = [
     "network_tag",
     "nft_status",
 ]
-
-# The kernel keeps comments as NFTA_*_USERDATA (NFT_USERDATA_MAXLEN 256, with
-# a type/length header and the trailing NUL inside it).
-COMMENT_MAX = 250
-
-
-def attachment_tag(container_id: str, ifname: str) -> str:
-    """The comment that marks nftables entries of one attachment.
-
-    ``"<containerID>/<ifname>"``, or, when that would not fit an nftables
-    comment (`COMMENT_MAX`), ``"sha256:<hex>"`` of it. Compare tags, not
-    parsed IDs: GC computes the tags of the valid attachments and removes the
-    entries whose tag is not among them.
-
-    Any string gets a tag, never an exception: a GC list may name what no
-    ADD accepted (lone surrogates from JSON ``\\udcff`` escapes, which are
-    not UTF-8); such a tag is hashed, and matches no entry.
-    """
-    tag = f"{container_id}/{ifname}"
-    try:
-        raw = tag.encode()
-    except UnicodeEncodeError:
-        raw = b""
-    if raw and len(raw) <= COMMENT_MAX:
-        return tag
-    return "sha256:" + hashlib.sha256(tag.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def network_tag(network: str, *, prefix: str = "n", width: int = 12) -> str:
-    """A short, stable, nftables-safe name for network ``network`` (its
-    ``name``), to prefix its chains, sets and maps: ``prefix`` + the first
-    ``width`` hex digits of SHA-256 of the name.
-
-    These names are in the kernel of live nodes, so each plugin keeps the
-    format it started with (a node upgraded in place must find its objects):
-    portmap uses the defaults (``"n" + 12 hex``), bridge ``prefix="n_",
-    width=16`` (``"n_" + 16 hex``).
-    """
-    return prefix + hashlib.sha256(network.encode()).hexdigest()[:width]
-
 
 class NftError(CNIError):
     """A failed libnftables command. ``errno`` is the kernel's errno when the
@@ -127,11 +97,9 @@ class Nft:
     """
 
     def __init__(self) -> None:
-        try:
-            import nftables  # ctypes + libnftables.so.1: loaded only when used
-        except ImportError as e:
-            raise NftError(f"nftables Python binding not available: {e}", None,
-                           ERR_PLUGIN_NOT_AVAILABLE) from e
+        if nftables is None:
+            raise NftError(f"nftables Python binding not available: {_NFTABLES_MISSING}", None,
+                           ERR_PLUGIN_NOT_AVAILABLE)
         try:
             ctx = nftables.Nftables()
         except OSError as e:
@@ -140,6 +108,7 @@ class Nft:
         ctx.set_json_output(True)
         ctx.set_handle_output(True)
         self._ctx = ctx
+        self._text_ctx: Any = None
 
     def run(self, commands: Iterable[dict[str, Any]], *, what: str = "nftables") -> list[dict]:
         """Run ``commands`` as one batch; the kernel commits them atomically
@@ -160,6 +129,15 @@ class Nft:
         if not isinstance(out, dict):
             return []
         return [o for o in out.get("nftables", ()) if "metainfo" not in o]
+
+    def text_cmd(self, command: str) -> tuple[int, str, str]:
+        """Run one command written as ``nft`` text, in a plain-output
+        context of its own: only for text a user gave (portmap's
+        ``conditionsV4``), which libnftables' JSON input cannot carry.
+        Returns libnftables' ``(rc, output, error text)``."""
+        if self._text_ctx is None:
+            self._text_ctx = nftables.Nftables()
+        return self._text_ctx.cmd(command)
 
     def table(self, family: str, name: str) -> Table | None:
         """List one table (its sets with their elements, chains and rules);
@@ -303,10 +281,24 @@ _PROTO_NUM = {"icmp": 1, "igmp": 2, "tcp": 6, "udp": 17, "gre": 47, "esp": 50, "
 _PROTO_NAME = {v: k for k, v in _PROTO_NUM.items()}
 
 
+def _netlink() -> SimpleNamespace:
+    """pyroute2's nf_tables pieces (and the asyncio they run on), imported
+    on the first `lookup` / `generation`: a one-shot portmap ADD makes no
+    point read and must not pay pyroute2's import (~100 ms)."""
+    import asyncio  # noqa: PLC0415 (see above)
+
+    from pyroute2.netlink import NLM_F_REQUEST  # noqa: PLC0415
+    from pyroute2.netlink.exceptions import NetlinkError  # noqa: PLC0415
+    from pyroute2.netlink.nfnetlink import NFNL_SUBSYS_NFTABLES, nftsocket  # noqa: PLC0415
+    from pyroute2.netlink.nlsocket import NetlinkRequest  # noqa: PLC0415
+
+    return SimpleNamespace(asyncio=asyncio, NLM_F_REQUEST=NLM_F_REQUEST,
+                           NetlinkError=NetlinkError, NFNL_SUBSYS_NFTABLES=NFNL_SUBSYS_NFTABLES,
+                           n=nftsocket, NetlinkRequest=NetlinkRequest)
+
+
 def _value_bytes(kind: str, value: Any) -> bytes:
     """One value of nftables type ``kind`` as the kernel compares it."""
-    import ipaddress
-
     if kind == "ipv4_addr":
         return ipaddress.IPv4Address(value).packed
     if kind == "ipv6_addr":
@@ -320,8 +312,6 @@ def _value_bytes(kind: str, value: Any) -> bytes:
 
 def _value(kind: str | None, raw: bytes | None) -> Any:
     """The inverse of `_value_bytes` (raw bytes for what it does not know)."""
-    import ipaddress
-
     if kind is None or raw is None:
         return None
     if kind == "ipv4_addr" and len(raw) == 4:
@@ -353,8 +343,7 @@ def _key_bytes(key_type: Any, key: Any) -> bytes:
 
 def _message(query: Any, table: str) -> tuple[int, Any]:
     """(NFT_MSG_GET* type, pyroute2 message) asking ``query`` about ``table``."""
-    from pyroute2.netlink.nfnetlink import nftsocket as n
-
+    n = _netlink().n
     if isinstance(query, GetElement):
         key = {"attrs": [("NFTA_DATA_VALUE", _key_bytes(query.key_type, query.key))]}
         msg = n.nft_set_elem_list_msg()
@@ -398,14 +387,8 @@ def _exchange(family: str, messages: list[tuple[int, Any]]) -> list[tuple[list[A
         NftError: the socket failed (no nfnetlink), or answers were missing
             after ``_TIMEOUT`` seconds.
     """
-    import asyncio
-
-    from pyroute2.netlink import NLM_F_REQUEST
-    from pyroute2.netlink.exceptions import NetlinkError
-    from pyroute2.netlink.nfnetlink import NFNL_SUBSYS_NFTABLES
-    from pyroute2.netlink.nfnetlink import nftsocket as n
-    from pyroute2.netlink.nlsocket import NetlinkRequest
-
+    nl = _netlink()
+    n, asyncio = nl.n, nl.asyncio
     nfproto = {"inet": n.NFPROTO_INET, "ip": n.NFPROTO_IPV4, "ip6": n.NFPROTO_IPV6,
                "arp": n.NFPROTO_ARP, "bridge": n.NFPROTO_BRIDGE, "netdev": n.NFPROTO_NETDEV}[family]
 
@@ -418,15 +401,16 @@ def _exchange(family: str, messages: list[tuple[int, Any]]) -> list[tuple[list[A
                 requests = []
                 for kind, msg in messages[start:start + _BATCH]:
                     msg["nfgen_family"] = nfproto
-                    req = NetlinkRequest(sock, msg, msg_type=(NFNL_SUBSYS_NFTABLES << 8) | kind,
-                                         msg_flags=NLM_F_REQUEST)
+                    req = nl.NetlinkRequest(sock, msg,
+                                            msg_type=(nl.NFNL_SUBSYS_NFTABLES << 8) | kind,
+                                            msg_flags=nl.NLM_F_REQUEST)
                     await req.prepare()
                     requests.append(req)
                 sock.send(b"".join(req.msg.data for req in requests))
                 for req in requests:
                     try:
                         out.append(([m async for m in req.response()], 0))
-                    except NetlinkError as e:
+                    except nl.NetlinkError as e:
                         out.append(([], e.code))
                         if e.code != errno.ENOENT:
                             return out
@@ -454,8 +438,6 @@ def lookup(family: str, table: str, queries: Iterable[Any]) -> list[Any]:
         NftError: the kernel refused a query for another reason than
             ENOENT (EPERM without CAP_NET_ADMIN, ...).
     """
-    import os
-
     qs = list(queries)
     if not qs:
         return []
@@ -480,10 +462,7 @@ def generation() -> int:
     Raises:
         NftError: the kernel refused (EPERM without CAP_NET_ADMIN).
     """
-    import os
-
-    from pyroute2.netlink.nfnetlink import nftsocket as n
-
+    n = _netlink().n
     [(replies, err)] = _exchange("inet", [(n.NFT_MSG_GETGEN, n.nft_gen_msg())])
     if err:
         raise NftError(f"nftables generation: {os.strerror(err)}", err)

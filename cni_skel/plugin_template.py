@@ -41,7 +41,7 @@ class {cls}Conf(NetConf):
     mtu: int = Field(1400, ge=68, le=65535)
 
 
-def _link(ipr, args: CmdArgs) -> dict:
+def _link(ipr, args: CmdArgs) -> netlink.Link:
     """CNI_IFNAME in the pod; code 7 when it is not there."""
     link = netlink.find_link(ipr, args.ifname)
     if link is None:
@@ -75,10 +75,10 @@ class {cls}(Plugin):
             link = _link(ipr, args)
             # One change, made last: nothing to undo if it fails. A plugin
             # that makes several registers each undo on cni_skel.rollback().
-            netlink.link_set(ipr, args.ifname, mtu=conf.mtu)
+            netlink.link_set(ipr, link, mtu=conf.mtu)  # a Link: no second look-up
         if conf.prev_result is not None:
             return conf.prev_result           # a chained plugin passes the result on
-        return Result(interfaces=[Interface(name=args.ifname, mac=link["mac"],
+        return Result(interfaces=[Interface(name=args.ifname, mac=link.mac,
                                             sandbox=args.netns)])
 
     def check(self, args: CmdArgs, conf: {cls}Conf) -> None:
@@ -88,7 +88,7 @@ class {cls}(Plugin):
             CNIError: {check_code} when it differs or CNI_IFNAME is missing.
         """
         with NetNS.open(args.netns) as pod, pod.iproute() as ipr:
-            mtu = _link(ipr, args)["mtu"]
+            mtu = _link(ipr, args).mtu
         if mtu != conf.mtu:
             raise CNIError(ERR_INVALID_NETWORK_CONFIG,
                            f"{{args.ifname}} has MTU {{mtu}}, expected {{conf.mtu}}")
@@ -169,13 +169,13 @@ def _veth(pod, name="eth0"):
 
 def _mtu(pod, name="eth0"):
     with NetNS.open(pod.path) as ns, ns.iproute() as ipr:
-        return netlink.find_link(ipr, name)["mtu"]
+        return netlink.find_link(ipr, name).mtu
 
 
 def test_add_check_del(exe, node_netns, pod_netns):
     link = _veth(pod_netns)
     prev = {{"cniVersion": "1.1.0",
-             "interfaces": [{{"name": "eth0", "mac": link["mac"], "sandbox": pod_netns.path}}],
+             "interfaces": [{{"name": "eth0", "mac": link.mac, "sandbox": pod_netns.path}}],
              "ips": [{{"address": "10.1.0.5/24", "interface": 0}}]}}
     result = run_plugin(exe, "ADD", {{**CONF, "prevResult": prev}}, netns=pod_netns.path,
                         node=node_netns)

@@ -73,7 +73,7 @@ class Plugin:
         config_model: the `cni_skel.config.NetConf` subclass stdin is parsed
             into (default NetConf itself).
         args_model: the `cni_skel.args.CNIArgs` subclass CNI_ARGS is parsed
-            into (``CmdArgs.cni_args``); None leaves CNI_ARGS unparsed.
+            into (``CmdArgs.typed_args``); None leaves CNI_ARGS unparsed.
         supported_versions: spec versions accepted in ``cniVersion``.
 
     Escape hatch: ``config_model`` and ``args_model`` may also be a
@@ -259,12 +259,12 @@ def _dispatch(plugin: type[Plugin], env: Mapping[str, str], stdin_data: bytes,
 
             model = resolve_ref(plugin.args_model)
             try:
-                cni_args = load_args(args.args, model)
+                typed = load_args(args.args, model)
             except CNIError:
                 if cmd not in ("DEL", "GC"):
                     raise
-                cni_args = load_args("", model)  # a cleanup must not fail for good on CNI_ARGS
-            args = args.replace(cni_args=cni_args)
+                typed = load_args("", model)  # a cleanup must not fail for good on CNI_ARGS
+            args = args.replace(typed_args=typed)
 
         conf = load_config(plugin, raw)
         handler: Callable[[CmdArgs, Any], Any] = getattr(plugin(), _HANDLERS[cmd])

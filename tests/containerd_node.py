@@ -29,11 +29,14 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tarfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+import grpc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 IMAGE = "docker.io/library/cni-skel-busybox:e2e"
@@ -258,8 +261,6 @@ class ContainerdNode:
     @property
     def cri(self) -> Any:
         if self._cri is None:
-            import grpc
-
             channel = grpc.insecure_channel(f"unix://{self.socket}")
             self._cri = _protos()[1].RuntimeServiceStub(channel)
         return self._cri
@@ -363,10 +364,6 @@ _PROTOS: tuple[Any, Any] | None = None
 def _protos() -> tuple[Any, Any]:
     global _PROTOS
     if _PROTOS is None:
-        import sys
-
-        import grpc
-
         cri_dir = os.path.join(HERE, "cri")
         if cri_dir not in sys.path:
             sys.path.insert(0, cri_dir)

@@ -15,8 +15,9 @@ from pyroute2 import IPRoute
 
 from cni_skel import netlink
 from cni_skel.errors import CNIError
-from cni_skel.harness import nft_table, run_plugin, run_plugin_raw, tcp_echo
+from cni_skel.harness import nft_table, remove_netns, run_plugin, run_plugin_raw, tcp_echo
 from cni_skel.netns import NetNS
+from cni_skel.nft import Nft
 
 TABLE = "cni_skel_bridge"
 
@@ -115,15 +116,15 @@ def test_two_pods_dual_stack_talk_and_reach_gateway(bridge, node, netns_factory,
     # the kernel: bridge up with both gateways, host veth enslaved and up,
     # container side with its addresses, MAC and default routes
     br = link(node, "cnsk0")
-    assert br["kind"] == "bridge" and br["up"]
+    assert br.kind == "bridge" and br.up
     assert {str(a) for a in addrs(node, "cnsk0")} == {"10.77.0.1/24", "fd00:77::1/64"}
-    assert br["mac"] == r["interfaces"][0]["mac"] or br["mac"] == results[1]["interfaces"][0]["mac"]
+    assert br.mac == r["interfaces"][0]["mac"] or br.mac == results[1]["interfaces"][0]["mac"]
     for res, pod in zip(results, pods, strict=True):
         host = link(node, res["interfaces"][1]["name"])
         cont = link(pod, "eth0")
-        assert host["master"] == br["index"] and host["operstate"] == "UP"
-        assert host["link"] == cont["index"] and cont["link"] == host["index"]
-        assert cont["mac"] == res["interfaces"][2]["mac"] and cont["up"]
+        assert host.master == br.index and host.operstate == "UP"
+        assert host.peer_index == cont.index and cont.peer_index == host.index
+        assert cont.mac == res["interfaces"][2]["mac"] and cont.up
         assert {str(a) for a in addrs(pod, "eth0")} == {i["address"] for i in res["ips"]}
         defaults = {(str(rt["dst"]), str(rt["gw"])) for rt in kroutes(pod) if rt["gw"]}
         assert defaults == {("0.0.0.0/0", "10.77.0.1"), ("::/0", "fd00:77::1")}
@@ -168,15 +169,15 @@ def test_mtu_hairpin_isolation_promisc(bridge, node, netns_factory, tmp_path):
     pod = netns_factory("cnsk-pod")
     r = add(bridge, c, node, pod)
     host = r["interfaces"][1]["name"]
-    assert link(pod, "eth0")["mtu"] == 1400 and link(node, host)["mtu"] == 1400
-    assert link(node, "cnsk0")["mtu"] == 1400
+    assert link(pod, "eth0").mtu == 1400 and link(node, host).mtu == 1400
+    assert link(node, "cnsk0").mtu == 1400
     assert port(node, host) == {"hairpin": True, "isolated": True}
     delete(bridge, c, node, pod)
 
     c2 = conf(tmp_path, bridge="cnsk1", promiscMode=True)
     pod2 = netns_factory("cnsk-pod")
     r = add(bridge, c2, node, pod2, cid="c2")
-    assert link(node, "cnsk1")["flags"] & netlink.IFF_PROMISC
+    assert link(node, "cnsk1").flags & netlink.IFF_PROMISC
     assert port(node, r["interfaces"][1]["name"]) == {"hairpin": False, "isolated": False}
     check(bridge, dict(c2, prevResult=r), node, pod2, cid="c2")
     delete(bridge, c2, node, pod2, cid="c2")
@@ -336,7 +337,6 @@ def test_check_passes_then_fails_after_changes_behind_its_back(bridge, node, pod
     table = nft_table(node, "inet", TABLE)
     pods4 = next(n for n in table.sets if n.endswith("_pods4"))
     with NetNS.open(node.path) as n:
-        from cni_skel.nft import Nft
         n.run(lambda: Nft().run([{"delete": {"element": {
             "family": "inet", "table": TABLE, "name": pods4, "elem": [str(ip_of(r).ip)]}}}]))
     with pytest.raises(CNIError, match="masquerade set"):
@@ -410,7 +410,6 @@ def test_del_after_netns_is_gone_releases_the_address(bridge, node, netns_factor
     pod = netns_factory("cnsk-pod")
     add(bridge, c, node, pod)
     assert allocated(tmp_path)
-    from cni_skel.harness import remove_netns
     remove_netns(pod)
     delete(bridge, c, node, pod)  # CNI_NETNS names a path that no longer exists
     delete(bridge, c, node, None)  # and the runtime's repeat with an empty one
@@ -502,7 +501,7 @@ def test_mac_precedence(bridge, node, pod_netns, tmp_path, env_mac, args_mac, rt
     c = conf(tmp_path, **top)
     r = add(bridge, c, node, pod_netns, cni_args=f"IgnoreUnknown=1;MAC={env_mac}"
             if env_mac else "")
-    assert r["interfaces"][2]["mac"] == want and link(pod_netns, "eth0")["mac"] == want
+    assert r["interfaces"][2]["mac"] == want and link(pod_netns, "eth0").mac == want
     delete(bridge, c, node, pod_netns)
 
 
@@ -511,13 +510,13 @@ def test_layer2_only_and_disabled_container_interface(bridge, node, netns_factor
     c = conf(tmp_path, ipam=None)
     r = add(bridge, c, node, pod)
     assert "ips" not in r and len(r["interfaces"]) == 3
-    assert link(pod, "eth0")["up"] and addrs(pod, "eth0") == []
+    assert link(pod, "eth0").up and addrs(pod, "eth0") == []
     delete(bridge, c, node, pod)
 
     pod2 = netns_factory("cnsk-pod")
     c2 = conf(tmp_path, ipam=None, disableContainerInterface=True)
     add(bridge, c2, node, pod2, cid="c2")
-    assert not link(pod2, "eth0")["up"]
+    assert not link(pod2, "eth0").up
     delete(bridge, c2, node, pod2, cid="c2")
     assert veths(node) == []
 

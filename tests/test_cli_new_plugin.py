@@ -74,16 +74,16 @@ def test_generated_plugin_runs_in_a_list(project, tmp_path, node_netns, pod_netn
              "ipam": {"type": "host-local", "subnet": "10.45.0.0/24",
                       "dataDir": str(tmp_path / "ipam")}},
             {"type": "mtu-setter", "mtu": 1300}]}))
-    rt = Runtime(conf_dir=str(conf_dir), bin_dirs=[str(bin_dir), go_cni_dir],
-                 cache_dir=str(tmp_path / "cache"), plugin_netns=node_netns.path)
-    net = rt.load_conflist("n")
-    attachment = RuntimeConf("np1", pod_netns.path, "eth0")
-    result = rt.add(net, attachment)
+    cni = Runtime(conf_dir=str(conf_dir), bin_dirs=[str(bin_dir), go_cni_dir],
+                  cache_dir=str(tmp_path / "cache"), plugin_netns=node_netns.path)
+    net = cni.load_conflist("n")
+    rt = RuntimeConf("np1", pod_netns.path, "eth0")
+    result = cni.add(net, rt)
     assert str(result.ips[0].address).startswith("10.45.0.")     # prevResult passed on
     with NetNS.open(pod_netns.path) as ns, ns.iproute() as ipr:
-        assert netlink.find_link(ipr, "eth0")["mtu"] == 1300
-    rt.check(net, attachment)
-    rt.delete(net, attachment)
+        assert netlink.find_link(ipr, "eth0").mtu == 1300
+    cni.check(net, rt)
+    cni.delete(net, rt)
 
 
 @pytest.mark.parametrize("name, module, cls", [

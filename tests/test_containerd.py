@@ -24,6 +24,7 @@ import time
 
 import containerd_node as cn
 import pytest
+from pyroute2 import IPRoute
 
 from cni_skel.harness import create_netns, nft_table, remove_netns
 from cni_skel.netns import NetNS
@@ -90,8 +91,6 @@ class Node:
         self.image = cn.build_image(os.path.join(d, "busybox-oci.tar"))
 
     def _wire(self) -> None:
-        from pyroute2 import IPRoute
-
         with NetNS.open(self.node_ns.path) as ns, ns.enter(), IPRoute() as ipr:
             ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
             ipr.link("add", ifname="e2e-client", kind="veth", peer="e2e-peer")
@@ -229,8 +228,6 @@ class Pod:
 
 
 def _link_state(ns_path: str) -> dict[str, dict]:
-    from pyroute2 import IPRoute
-
     with NetNS.open(ns_path) as ns, ns.enter(), IPRoute() as ipr:
         out = {}
         for link in ipr.get_links():

@@ -85,7 +85,7 @@ def mac_of(ns: TestNetNS, name: str = "eth0") -> str:
     with NetNS.open(ns.path) as n, n.iproute() as ipr:
         link = netlink.find_link(ipr, name)
     assert link is not None
-    return link["mac"]
+    return link.mac
 
 
 # --- bridge ---------------------------------------------------------------------------
@@ -368,7 +368,7 @@ def link_mtu(ns: TestNetNS, name: str) -> int:
     with NetNS.open(ns.path) as n, n.iproute() as ipr:
         link = netlink.find_link(ipr, name)
     assert link is not None
-    return link["mtu"]
+    return link.mtu
 
 
 def test_tuning_gc_and_del_of_one_network_leave_the_other_intact(

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+from cni_skel_plugins.host_local.store import Store
 from conftest import load_vector
 
 from cni_skel.errors import CNIError
@@ -572,8 +573,6 @@ def test_container_id_cannot_escape_or_forge_records(hl, data_dir, node_netns, c
 
 
 def test_store_rejects_path_names():
-    from cni_skel_plugins.host_local.store import Store
-
     for name in ("..", "../x", "a/b", "", "."):
         with pytest.raises(ValueError):
             Store("/tmp/unused", name)

@@ -8,10 +8,12 @@ import ipaddress
 
 import pytest
 from cni_skel_plugins.host_local.allocator import Range, RangeError, RangeSet, walk
+from cni_skel_plugins.host_local.config import HostLocalArgs
 from cni_skel_plugins.host_local.store import Owner, parse_owner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cni_skel.args import load_args
 from cni_skel.errors import CNIError
 
 
@@ -104,18 +106,12 @@ def test_owner_records():
     ("::ffff:10.1.2.3", "10.1.2.3"),
 ])
 def test_requested_ip_forms(text, want):
-    from cni_skel_plugins.host_local.config import HostLocalArgs
-
     assert [str(ip) for ip in HostLocalArgs.model_validate({"IP": text}).ip] == [want]
 
 
 @pytest.mark.parametrize("text", ["10.1.2.3/33", "10.1.2.3/255.255.255.0", "fe80::1%eth0",
                                   "10.1.2.3,bogus", "10.1.2"])
 def test_requested_ip_rejects(text):
-    from cni_skel_plugins.host_local.config import HostLocalArgs
-
-    from cni_skel.args import load_args
-
     with pytest.raises(CNIError) as ei:
         load_args(f"IP={text}", HostLocalArgs)
     assert ei.value.code == 4

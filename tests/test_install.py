@@ -10,10 +10,21 @@ import re
 import subprocess
 import sys
 
+import click
 import pytest
 
+from cni_skel import errors
 from cni_skel.harness import run_plugin_raw
-from cni_skel.warm.install import launcher_info, python_argv
+from cni_skel.skel import version_answer
+from cni_skel.warm import install as warm_install
+from cni_skel.warm import protocol
+from cni_skel.warm.install import (
+    InstallError,
+    find_cc,
+    launcher_info,
+    python_argv,
+    write_executable,
+)
 
 CLI = os.path.join(os.path.dirname(sys.executable), "cni-skel")
 
@@ -76,8 +87,6 @@ def test_interpreter_path_with_spaces_goes_through_sh(tmp_path):
     odd.mkdir()
     py = odd / "python"
     py.symlink_to(sys.executable)
-    from cni_skel.warm.install import write_executable
-
     exe = write_executable(str(tmp_path), "loopback", "cni_skel_plugins.loopback:Loopback",
                            python=str(py), launcher="python")
     with open(exe) as fp:
@@ -133,9 +142,6 @@ class Told(Plugin):
 def test_version_is_answered_without_importing_the_plugin(tmp_path, kind):
     """Every kind of executable answers VERSION from the versions baked in
     at install, with the skel's bytes; any other verb imports the plugin."""
-    from cni_skel.skel import version_answer
-    from cni_skel.warm.install import find_cc, write_executable
-
     if kind == "native" and find_cc() is None:
         pytest.skip("no C compiler")
     (tmp_path / "told_plugin.py").write_text(PLUGIN_THAT_SAYS_WHEN_IMPORTED)
@@ -148,7 +154,7 @@ def test_version_is_answered_without_importing_the_plugin(tmp_path, kind):
     env = {"PATH": os.environ["PATH"], "IMPORT_LOG": str(log)}
     sys.path.insert(0, str(tmp_path))
     try:
-        from told_plugin import Told
+        from told_plugin import Told  # noqa: PLC0415 (written by the test, on sys.path only here)
     finally:
         sys.path.remove(str(tmp_path))
     log.unlink(missing_ok=True)
@@ -212,10 +218,6 @@ def test_launcher_kind_without_a_compiler(tmp_path):
 def test_install_errors_are_not_click_exceptions(tmp_path):
     """`cni_skel.warm.install` does not depend on click: its refusals are
     InstallError, with the message the CLI shows."""
-    import click
-
-    from cni_skel.warm.install import InstallError, write_executable
-
     (tmp_path / "loopback").write_bytes(b"\x7fELF a Go binary")
     with pytest.raises(InstallError, match="--force") as caught:
         write_executable(str(tmp_path), "loopback", "cni_skel_plugins.loopback:Loopback")
@@ -234,12 +236,10 @@ def test_the_native_launcher_takes_the_protocol_from_protocol_py(tmp_path):
     """launcher_protocol.h, generated from `cni_skel.warm.protocol`, holds
     the same values (compiled and printed), and launcher.c writes none of
     them itself."""
-    from cni_skel.warm import install, protocol
-
-    cc = install.find_cc()
+    cc = warm_install.find_cc()
     if cc is None:
         pytest.skip("no C compiler")
-    (tmp_path / "launcher_protocol.h").write_text(install.protocol_header())
+    (tmp_path / "launcher_protocol.h").write_text(warm_install.protocol_header())
     (tmp_path / "dump.c").write_text(r"""
 #include <stdio.h>
 #include "launcher_protocol.h"
@@ -268,7 +268,7 @@ int main(void) {
             *p.STATUS_NAMES]
     assert got.splitlines() == want
 
-    with open(os.path.join(os.path.dirname(install.__file__), "launcher.c")) as fp:
+    with open(os.path.join(os.path.dirname(warm_install.__file__), "launcher.c")) as fp:
         code = _code_of(fp.read())
     strings = [p.REQUEST_MAGIC.decode(), p.REPLY_MAGIC.decode(), p.KIND_RUN.decode(),
                p.SOCKET_ENV, p.REQUIRED_ENV, p.HANDOVER_LAUNCH, p.HANDOVER_NOT_SERVED,
@@ -285,44 +285,41 @@ int main(void) {
 @pytest.mark.parametrize("kind", ["python", "native"])
 def test_launcher_info_reads_the_trailer_and_caches_by_inode_and_mtime(tmp_path, monkeypatch,
                                                                         kind):
-    from cni_skel.warm import install
-
-    if kind == "native" and install.find_cc() is None:
+    if kind == "native" and warm_install.find_cc() is None:
         pytest.skip("no C compiler")
-    exe = install.write_executable(str(tmp_path), "loopback", "cni_skel_plugins.loopback:Loopback",
-                                   worker_socket=str(tmp_path / "w.sock"), launcher=kind)
+    exe = warm_install.write_executable(str(tmp_path), "loopback",
+                                        "cni_skel_plugins.loopback:Loopback",
+                                        worker_socket=str(tmp_path / "w.sock"), launcher=kind)
     with open(exe, "rb") as fp:
-        tail = fp.read()[-install.TRAILER_SIZE:]
+        tail = fp.read()[-warm_install.TRAILER_SIZE:]
     assert re.fullmatch(rb"# CNI-SKEL-LAUNCHER \d{8}\n", tail), tail
     opened = []
     real_open = os.open
     monkeypatch.setattr(os, "open", lambda path, *a, **kw: (opened.append(path),
                                                             real_open(path, *a, **kw))[1])
-    info = install.launcher_info(exe)
+    info = warm_install.launcher_info(exe)
     assert info is not None and info["kind"] == kind and info["socket"] == str(tmp_path / "w.sock")
     assert opened == [exe]
     info["ref"] = "changed by the caller"
-    assert install.launcher_info(exe)["ref"] == "cni_skel_plugins.loopback:Loopback"
+    assert warm_install.launcher_info(exe)["ref"] == "cni_skel_plugins.loopback:Loopback"
     assert opened == [exe], "a second look is one stat"
     with open(exe, "ab") as fp:
         fp.write(b"\n")  # no longer ends with the trailer
-    assert install.launcher_info(exe) is None and opened == [exe, exe]
-    script = install.write_executable(str(tmp_path), "one", "cni_skel_plugins.loopback:Loopback",
-                                      worker_socket=None)
-    assert install.launcher_info(script) is None
+    assert warm_install.launcher_info(exe) is None and opened == [exe, exe]
+    script = warm_install.write_executable(str(tmp_path), "one",
+                                           "cni_skel_plugins.loopback:Loopback",
+                                           worker_socket=None)
+    assert warm_install.launcher_info(script) is None
     go = "/usr/lib/cni/loopback"
     if os.path.exists(go):
-        assert install.launcher_info(go) is None
+        assert warm_install.launcher_info(go) is None
         del opened[:]
-        assert install.launcher_info(go) is None and opened == [], "a Go binary: cached too"
+        assert warm_install.launcher_info(go) is None and opened == [], "a Go binary: cached too"
 
 
 def test_protocol_values_agree_with_the_rest_of_the_sdk():
-    from cni_skel import errors
-    from cni_skel.warm import install, protocol
-
     assert protocol.ERR_TRY_AGAIN_LATER == errors.ERR_TRY_AGAIN_LATER
-    assert install.DEFAULT_WORKER_SOCKET == protocol.DEFAULT_SOCKET
+    assert warm_install.DEFAULT_WORKER_SOCKET == protocol.DEFAULT_SOCKET
     assert protocol.decode_reply_header(protocol.encode_reply(protocol.ST_REFUSED, 7, b"xy")) \
         == (protocol.ST_REFUSED, 7, 2)
     frame = protocol.encode_request([b"a", b"", b"bc"])

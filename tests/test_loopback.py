@@ -10,14 +10,14 @@ from conftest import load_vector
 
 from cni_skel import netlink
 from cni_skel.errors import CNIError
-from cni_skel.harness import run_plugin, run_plugin_raw
+from cni_skel.harness import remove_netns, run_plugin, run_plugin_raw
 from cni_skel.netns import NetNS
 from cni_skel.version import ALL_VERSIONS
 
 
 def lo_up(path: str) -> bool:
     with NetNS.open(path) as ns, ns.iproute() as ipr:
-        return netlink.find_link(ipr, "lo")["up"]
+        return netlink.find_link(ipr, "lo").up
 
 
 def conf(version: str | None, **extra) -> dict:
@@ -110,8 +110,6 @@ def test_check_fails_when_lo_is_down(loopback, node_netns, pod_netns):
 
 
 def test_del_is_idempotent_and_survives_a_gone_netns(loopback, node_netns, netns_factory):
-    from cni_skel.harness import remove_netns
-
     pod = netns_factory("cnsk-gone")
     c = conf("1.0.0")
     run_plugin(loopback, "ADD", c, netns=pod.path, node=node_netns)

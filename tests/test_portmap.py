@@ -15,10 +15,12 @@ are in test_portmap_verbs.py.
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import socket
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +29,7 @@ import pytest
 from cni_skel.errors import CNIError
 from cni_skel.harness import nft_table, run_plugin
 from cni_skel.netns import NetNS
-from cni_skel.nft import attachment_tag
+from cni_skel.nft import Nft, attachment_tag
 from cni_skel.sysctl import read_sysctl, write_sysctl
 
 TABLE = ("inet", "cni_portmap")
@@ -431,9 +433,6 @@ def test_del_of_nothing_commits_nothing(portmap, net):
 def monitor(node: Any, action: Any) -> list[dict]:
     """The nftables events in ``node`` while ``action`` runs (``nft -j
     monitor``, bracketed by sentinel tables so that no event is missed)."""
-    import json
-    import time
-
     def nft(*args: str) -> None:
         subprocess.run(["ip", "netns", "exec", node.name, "nft", *args], check=True,
                        capture_output=True, timeout=10)
@@ -520,8 +519,6 @@ def test_check(portmap, net):
     table = nft_table(net.node, *TABLE)
     gid = next(n for n in table.maps if n.endswith("_p4"))
     with NetNS.open(net.node.path) as n, n.enter():
-        from cni_skel.nft import Nft
-
         Nft().run([{"delete": {"element": {"family": "inet", "table": "cni_portmap", "name": gid,
                                            "elem": [{"concat": ["tcp", 8080]}]}}}])
     err = fails(pm, portmap, "CHECK", c, net.node, "c1", pod.ns.path)

@@ -674,13 +674,13 @@ def test_real_chain_go_bridge_go_tuning_our_loopback(env, cni_bin, go_cni_dir):
     cni.add(lo_net, RuntimeConf("ctr-real", env.pod.path, "lo"))
     assert str(result.ips[0].address).startswith("10.44.0.")
     assert [i.name for i in result.interfaces][-1] == "eth0"
-    assert _link(env.pod.path, "eth0")["mtu"] == 1400
-    assert _link(env.pod.path, "lo")["up"]
+    assert _link(env.pod.path, "eth0").mtu == 1400
+    assert _link(env.pod.path, "lo").up
     assert _link(env.node.path, "cnsk-rt0") is not None           # the bridge is on the node
     cni.check(pods, r)
     cni.delete(pods, r)
     cni.delete(lo_net, RuntimeConf("ctr-real", env.pod.path, "lo"))
     assert _link(env.pod.path, "eth0") is None
-    assert not _link(env.pod.path, "lo")["up"]
+    assert not _link(env.pod.path, "lo").up
     assert cni.get_cached_attachments() == []
     assert load_conflist(str(env.conf_dir), "pods").cni_version == "1.0.0"

@@ -3,11 +3,14 @@ version rules per verb, stdout discipline, crash handling, stdin failures."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import subprocess
 
 import pytest
 from conftest import THIRDPARTY
+from thirdparty.probe import Probe
 
 from cni_skel.harness import install_plugin, run_plugin_raw
 
@@ -140,8 +143,6 @@ def test_a_bug_is_code_999_with_the_traceback_on_stderr(probe):
 
 
 def test_stdin_read_failure_is_code_5(probe):
-    import subprocess
-
     env = {"PATH": os.environ["PATH"], "CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c",
            "CNI_NETNS": "/x", "CNI_IFNAME": "eth0"}
     fd = os.open(os.devnull, os.O_WRONLY)  # read(2) on a write-only fd: EBADF
@@ -186,10 +187,6 @@ def test_deeply_nested_config_is_a_decoding_error(probe, where):
 
 def test_dispatch_is_stateless_and_in_process():
     """The same dispatch a worker would call, many times in one process."""
-    import io
-
-    from thirdparty.probe import Probe
-
     env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/run/netns/nope",
            "CNI_IFNAME": "eth0"}
     conf = json.dumps({"cniVersion": "1.0.0", "name": "n", "type": "probe"}).encode()

@@ -5,6 +5,7 @@ with code/msg/details intact, and IPAM DEL after a failed ADD."""
 
 from __future__ import annotations
 
+import io
 import ipaddress
 import os
 
@@ -12,8 +13,10 @@ import pytest
 from conftest import HERE, THIRDPARTY, write_readme_example
 
 from cni_skel import netlink
+from cni_skel.env import CmdArgs
 from cni_skel.errors import CNIError
 from cni_skel.harness import install_plugin, run_plugin
+from cni_skel.invoke import delegate_add, delegate_del
 from cni_skel.netns import NetNS
 
 README = HERE.parent / "README.md"
@@ -58,11 +61,11 @@ def test_readme_example_with_go_host_local(tmp_path, go_cni_dir, node_netns, pod
     assert ipaddress.ip_interface(addr).network == ipaddress.ip_network("10.77.0.0/24")
     with NetNS.open(pod_netns.path) as ns, ns.iproute() as ipr:
         link = netlink.find_link(ipr, "net1")
-        assert link["up"] and link["mtu"] == 1400 and link["kind"] == "veth"
-        assert link["mac"] == result["interfaces"][1]["mac"]
+        assert link.up and link.mtu == 1400 and link.kind == "veth"
+        assert link.mac == result["interfaces"][1]["mac"]
         assert [str(a) for a in netlink.addresses(ipr, "net1", 4)] == [addr]
     with NetNS.open(node_netns.path) as ns, ns.iproute() as ipr:
-        assert netlink.find_link(ipr, "vhreadme1")["up"], "host end stays on the node"
+        assert netlink.find_link(ipr, "vhreadme1").up, "host end stays on the node"
     ip_file = data_dir / "readme-net" / addr.split("/")[0]
     assert ip_file.exists(), "the Go host-local recorded the allocation"
     run_plugin(exe, "DEL", conf, **kw)
@@ -122,16 +125,11 @@ def test_missing_ipam_plugin_is_a_clear_error(tmp_path, tp_bin, node_netns, pod_
 
 
 def test_delegate_timeout_and_stderr_pass_through(tmp_path):
-    from cni_skel.env import CmdArgs
-    from cni_skel.invoke import delegate_add
-
     slow = tmp_path / "slow-ipam"
     slow.write_text("#!/bin/sh\necho 'slow-ipam: thinking' >&2\nsleep 5\n")
     slow.chmod(0o755)
     args = CmdArgs(command="ADD", container_id="c", ifname="eth0",
                    env={"CNI_PATH": str(tmp_path), "PATH": os.environ["PATH"]})
-    import io
-
     err = io.StringIO()
     with pytest.raises(CNIError) as ei:
         delegate_add("slow-ipam", b"{}", args, timeout=0.5, stderr=err)
@@ -140,9 +138,6 @@ def test_delegate_timeout_and_stderr_pass_through(tmp_path):
 
 
 def test_delegate_non_json_failure(tmp_path):
-    from cni_skel.env import CmdArgs
-    from cni_skel.invoke import delegate_del
-
     bad = tmp_path / "bad-ipam"
     bad.write_text("#!/bin/sh\necho 'panic: nil map' >&2\nexit 2\n")
     bad.chmod(0o755)

@@ -20,6 +20,7 @@ import stat
 from dataclasses import dataclass
 
 import pytest
+from cni_skel_plugins.tuning import Tuning, plugin
 
 from cni_skel import netlink
 from cni_skel.errors import CNIError
@@ -591,8 +592,6 @@ def test_bad_cni_args_are_code_4(tuning, env, cni_args, code):
 def test_never_sets_sysctls_in_the_host_namespace(env, monkeypatch):
     """In-process: PID 1's namespace is played by the pod, so the guard, not
     luck, keeps the value out."""
-    from cni_skel_plugins.tuning import Tuning, plugin
-
     monkeypatch.setattr(plugin, "HOST_NETNS", env.pod.path)
     before = snapshot(env)
     environ = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": CID, "CNI_NETNS": env.pod.path,

@@ -8,7 +8,7 @@ does not allow are called out below.
 from __future__ import annotations
 
 import json
-from ipaddress import ip_interface
+from ipaddress import ip_interface, ip_network
 from pathlib import Path
 
 import pytest
@@ -394,8 +394,6 @@ def test_host_bits_are_kept() -> None:
     assert Result(ips=[ip], routes=[route]).to_version("1.0.0")["routes"] == [
         {"dst": "10.1.2.3/8"}]
     # Networks are accepted for convenience.
-    from ipaddress import ip_network
-
     assert str(Route(dst=ip_network("10.0.0.0/8")).dst) == "10.0.0.0/8"
 
 

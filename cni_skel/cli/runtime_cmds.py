@@ -574,7 +574,7 @@ def _run_config_checks(plugin: type[Plugin], args: CmdArgs) -> None:
     raw = json.loads(args.stdin_data)
     check_supported(config_version(raw), plugin.supported_versions)
     if plugin.args_model is not None:
-        args = args.replace(cni_args=load_args(args.args, resolve_ref(plugin.args_model)))
+        args = args.replace(typed_args=load_args(args.args, resolve_ref(plugin.args_model)))
     conf = load_config(plugin, raw)
     plugin().validate_config(args, conf)
 

@@ -46,7 +46,7 @@ from ..errors import (
     ERR_INVALID_NETWORK_CONFIG,
     CNIError,
 )
-from ..invoke import DEFAULT_EXEC, Exec
+from ..invoke import DEFAULT_EXEC, Exec, get_version_info
 from ..netns import NetNS
 from ..types import Result, parse_result
 from ..version import ALL_VERSIONS, CURRENT_VERSION, parse_version, version_at_least
@@ -317,18 +317,10 @@ class Runtime:
                 the answer is not a VersionResult.
         """
         path = self.find_plugin(plugin_type)
-        stdin = json.dumps({"cniVersion": CURRENT_VERSION}).encode()
         with self._in_plugin_netns():
-            out = self.exec.run(path, "VERSION", stdin, self._env("VERSION", None),
-                                timeout=self.timeout, stderr=self.stderr)
-        try:
-            data = json.loads(out)
-        except ValueError:
-            data = None
-        if not isinstance(data, dict) or not isinstance(data.get("supportedVersions"), list):
-            raise CNIError(ERR_DECODING_FAILURE, "plugin VERSION answer has no supportedVersions",
-                           out.decode("utf-8", "replace")[:500])
-        return data
+            return get_version_info(path, cni_version=CURRENT_VERSION,
+                                    env=self._env("VERSION", None), timeout=self.timeout,
+                                    exec=self.exec, stderr=self.stderr)
 
     def validate(self, netlist: NetworkConfigList) -> list[str]:
         """Pre-flight (libcni ``ValidateNetworkList``): every plugin exists

@@ -443,11 +443,13 @@ def answer_version(supported, current):
 
 
 def launch(ref, socket_path=DEFAULT_SOCKET, supported=None, pythonpath=(),
-           all_versions=(), current="1.1.0", native=None):
+           all_versions=(), current="1.1.0", native=None, about=None):
     """Entry point of an installed executable for plugin ``ref``
     (``"module:Class"``); exits the process with the plugin's exit code.
 
     ``supported``: the plugin's ``supported_versions`` (None: ask the plugin);
+    ``about``: its about text, printed on stderr for a call without
+    CNI_COMMAND (None: ask the plugin);
     ``all_versions``/``current``: ``cni_skel.version`` values, for the
     cniVersion of the code-11 error when the worker vanishes.
     ``native``: ``[mode, detail]`` when the native launcher (launcher.c)
@@ -472,7 +474,10 @@ def launch(ref, socket_path=DEFAULT_SOCKET, supported=None, pythonpath=(),
         answer_version(supported, current)
         return one_shot(ref, pythonpath)  # stdin unreadable: the skel says so
     if not cmd:  # a human asking for the about text
-        return one_shot(ref, pythonpath)
+        if about is None:
+            return one_shot(ref, pythonpath)
+        os.write(2, about.encode())
+        sys.exit(0)
     path = os.environ.get(SOCKET_ENV) or socket_path
     required = _worker_required()
 

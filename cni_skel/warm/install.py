@@ -29,12 +29,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import py_compile
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+from importlib.metadata import entry_points
 
+from .. import __version__
+from ..skel import resolve_ref
+from ..version import ALL_VERSIONS, CURRENT_VERSION
 from . import protocol
 
 __all__ = ["DEFAULT_WORKER_SOCKET", "LAUNCHERS", "MARKER", "InstallError", "find_cc",
@@ -62,8 +67,6 @@ class InstallError(Exception):
 
 def plugin_registry() -> dict[str, str]:
     """Installed plugins: executable name -> ``"module:Class"``."""
-    from importlib.metadata import entry_points
-
     return {ep.name: ep.value for ep in entry_points(group="cni_skel.plugins")}
 
 
@@ -71,17 +74,17 @@ def _script(ref: str, name: str, python: str, pythonpath: list[str] | None = Non
     """The one-shot executable: the plugin runs in a fresh interpreter each
     call; VERSION is answered from the versions baked in here when the
     plugin could be imported at install time."""
-    from .. import __version__
-    from ..version import CURRENT_VERSION
-
     lines = ["import os, sys"]
     if pythonpath:
         lines.append(f"sys.path[:0] = {pythonpath!r}")
-    supported = _supported_versions(ref, pythonpath)
+    supported, about = _baked(ref, pythonpath)
     if supported is not None:
         lines += ['if os.environ.get("CNI_COMMAND") == "VERSION":  # without the plugin\'s module',
                   "    from cni_skel.warm.client import answer_version",
-                  f"    answer_version({supported!r}, {CURRENT_VERSION!r})"]
+                  f"    answer_version({supported!r}, {CURRENT_VERSION!r})",
+                  'if not os.environ.get("CNI_COMMAND"):  # a human asking: the about text',
+                  f"    sys.stderr.write({about!r})",
+                  "    sys.exit(0)"]
     lines += ["from cni_skel.skel import run_plugin_main", f"run_plugin_main({ref!r})"]
     code = "\n".join(lines) + "\n"
     head = f"# CNI plugin {name!r}, {MARKER} (cni-skel {__version__}).\n"
@@ -97,17 +100,18 @@ def _needs_sh(python: str) -> bool:
     return any(c.isspace() for c in python) or len(python) > 120
 
 
-def _supported_versions(ref: str, pythonpath: list[str] | None) -> tuple[str, ...] | None:
-    """The plugin's ``supported_versions``, for the executable's local VERSION
-    answer; None when it cannot be imported here (VERSION then runs it)."""
-    from ..skel import resolve_ref
-
+def _baked(ref: str, pythonpath: list[str] | None) -> tuple[tuple[str, ...] | None, str | None]:
+    """The plugin's ``supported_versions`` and about text, for the
+    executable's local answers to VERSION and to a call without
+    CNI_COMMAND; ``(None, None)`` when it cannot be imported here (the
+    executable then runs the plugin for them)."""
     saved = list(sys.path)
     sys.path[:0] = pythonpath or []
     try:
-        return tuple(resolve_ref(ref).supported_versions)
+        plugin = resolve_ref(ref)
+        return tuple(plugin.supported_versions), plugin.about_text()
     except Exception:
-        return None
+        return None, None
     finally:
         sys.path[:] = saved
 
@@ -116,8 +120,6 @@ def _info_trailer(kind: str, ref: str, worker_socket: str, python: str,
                   pythonpath: list[str] | None) -> bytes:
     """The info block (``# key=value`` lines) and the trailer after it, for
     the end of a launcher; see `launcher_info`."""
-    from .. import __version__
-
     pp = os.pathsep.join(pythonpath or [])
     for what, value in (("plugin ref", ref), ("worker socket", worker_socket),
                         ("interpreter", python), ("pythonpath", pp)):
@@ -141,15 +143,12 @@ def _launcher_body(ref: str, pythonpath: list[str] | None, worker_socket: str,
     client's ``from .protocol import ...`` (and later the skel's, in a
     one-shot fallback) finds it. ``native``: run by launcher.c as
     ``python -IS -c <code> MODE DETAIL``."""
-    import py_compile
-
-    from ..version import ALL_VERSIONS, CURRENT_VERSION
-
     here = os.path.dirname(os.path.abspath(__file__))
     for name in ("protocol", "client"):
         with contextlib.suppress(OSError, py_compile.PyCompileError):
             py_compile.compile(os.path.join(here, f"{name}.py"), doraise=True)
     tail = ", native=sys.argv[1:]" if native else ""
+    supported, about = _baked(ref, pythonpath)
     return f"""import marshal, os, sys
 def _code(name, d={here!r}):  # the cached bytecode, if it is the current source's
     src = os.path.join(d, name + ".py")
@@ -173,8 +172,9 @@ sys.modules[_proto.__name__] = _proto
 _launcher = {{"__name__": "cni_skel_launcher", "__package__": "cni_skel.warm"}}
 _c, _launcher["__file__"] = _code("client")
 exec(_c, _launcher)
-_launcher["launch"]({ref!r}, {worker_socket!r}, {_supported_versions(ref, pythonpath)!r},
-                    {list(pythonpath or [])!r}, {ALL_VERSIONS!r}, {CURRENT_VERSION!r}{tail})
+_launcher["launch"]({ref!r}, {worker_socket!r}, {supported!r},
+                    {list(pythonpath or [])!r}, {ALL_VERSIONS!r}, {CURRENT_VERSION!r},
+                    about={about!r}{tail})
 """
 
 
@@ -252,8 +252,6 @@ def _native_launcher(ref: str, python: str, pythonpath: list[str] | None, worker
     Raises:
         InstallError: the compiler failed (its output attached).
     """
-    from ..version import CURRENT_VERSION
-
     pp = b"\0".join(os.fsencode(p) for p in pythonpath or [])
     config = "".join(f"#define {k} {v}\n" for k, v in (
         ("CSK_PYTHON", _c_string(os.fsencode(python))),

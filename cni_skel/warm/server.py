@@ -93,7 +93,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .. import netlink
+from .. import __version__, netlink
 from ..errors import ERR_INTERNAL, ERR_IO_FAILURE, ERR_TRY_AGAIN_LATER, CNIError
 from ..invoke import SubprocessExec, plugin_outcome
 from ..netns import current_netns, setns
@@ -685,8 +685,6 @@ class WorkerChild:
                        peer_pid: int = 0) -> int:
         kind = fields[0]
         if kind == KIND_PING:
-            from .. import __version__
-
             text = (f"cni-skel worker {__version__} pid {os.getppid()} on {self.path}; "
                     f"warm plugins: {', '.join(sorted(self.plugins)) or 'none'}")
             conn.sendall(encode_reply(ST_PONG, 0, text.encode()))

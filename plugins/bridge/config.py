@@ -12,7 +12,7 @@ from cni_skel.args import K8sArgs, MacAddress
 from cni_skel.config import NetConf, unsupported
 from cni_skel.model import CNIModel
 
-__all__ = ["BridgeArgs", "BridgeConf", "VlanTrunk"]
+__all__ = ["BridgeArgs", "BridgeConf", "BridgeConfArgs", "BridgeRuntimeConfig", "VlanTrunk"]
 
 DEFAULT_BRIDGE = "cni0"
 
@@ -26,12 +26,16 @@ class VlanTrunk(CNIModel):
     id: int | None = None
 
 
-class _MacOnly(CNIModel):
+class BridgeRuntimeConfig(CNIModel):
+    """``runtimeConfig``: the ``mac`` capability (``args.cni`` has the same shape)."""
+
     mac: MacAddress | None = None
 
 
-class _ArgsConf(CNIModel):
-    cni: _MacOnly = Field(default_factory=_MacOnly)
+class BridgeConfArgs(CNIModel):
+    """``args`` in the config: ``args.cni.mac`` (CONVENTIONS.md)."""
+
+    cni: BridgeRuntimeConfig = Field(default_factory=BridgeRuntimeConfig)
 
 
 class BridgeArgs(K8sArgs):
@@ -144,8 +148,8 @@ class BridgeConf(NetConf):
             raise ValueError("cannot set hairpin mode and promiscuous mode at the same time")
         if self.layer3 and self.disable_container_interface:
             raise ValueError("cannot use IPAM when DisableContainerInterface flag is set")
-        args = _ArgsConf.model_validate(self.args or {})
-        runtime = _MacOnly.model_validate(self.runtime_config or {})
+        args = BridgeConfArgs.model_validate(self.args or {})
+        runtime = BridgeRuntimeConfig.model_validate(self.runtime_config or {})
         self.mac = runtime.mac or args.cni.mac
         return self
 

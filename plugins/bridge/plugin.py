@@ -38,7 +38,7 @@ def _sysctl_quiet(key: str, value: str) -> None:
 
 def _container_mac(args: CmdArgs, conf: BridgeConf) -> str | None:
     # Go's precedence: CNI_ARGS MAC < args.cni.mac < runtimeConfig.mac.
-    env_mac = getattr(args.cni_args, "mac", None)
+    env_mac = getattr(args.typed_args, "mac", None)
     return conf.mac or env_mac
 
 
@@ -62,11 +62,11 @@ def _create_veth(ipr: IPRoute, netns: NetNS, ifname: str, mtu: int,
     raise CNIError(ERR_INTERNAL, "failed to find a unique veth name")
 
 
-def _setup_port(ipr: IPRoute, port: str, bridge: dict, conf: BridgeConf,
+def _setup_port(ipr: IPRoute, port: str, bridge: netlink.Link, conf: BridgeConf,
                 vlan: int) -> None:
     """Enslave ``port`` to the bridge with hairpin/isolation/VLANs, as Go's
     setupVeth, and bring it up."""
-    netlink.link_set(ipr, port, master=bridge["index"])
+    netlink.link_set(ipr, port, master=bridge.index)
     netlink.bridge_port_set(ipr, port, hairpin=conf.hairpin_mode, isolated=conf.port_isolation)
     if (vlan or conf.vlans) and not conf.preserve_default_vlan:
         for vid, _, _ in netlink.bridge_vlans(ipr, port):
@@ -124,10 +124,10 @@ def _ensure_gateway_addr(ipr: IPRoute, link: str, gw: Any, force: bool) -> None:
     # changes as pods come and go (Go does the same here).
     current = netlink.find_link(ipr, link)
     if current is not None:
-        netlink.link_set(ipr, link, mac=current["mac"])
+        netlink.link_set(ipr, link, mac=current.mac)
 
 
-def _ensure_vlan_gateway(ipr: IPRoute, bridge: dict, conf: BridgeConf) -> dict:
+def _ensure_vlan_gateway(ipr: IPRoute, bridge: netlink.Link, conf: BridgeConf) -> netlink.Link:
     """Go's ensureVlanInterface: a veth ``<bridge>.<vlan>`` on the host whose
     peer is a port of the bridge in that VLAN; the gateway lives on it."""
     name = f"{conf.bridge}.{conf.vlan}"
@@ -137,7 +137,7 @@ def _ensure_vlan_gateway(ipr: IPRoute, bridge: dict, conf: BridgeConf) -> dict:
     for _ in range(VETH_TRIES):
         peer = "veth" + os.urandom(4).hex()
         try:
-            link, _ = netlink.create_veth_pair(ipr, name, peer, mtu=bridge["mtu"])
+            link, _ = netlink.create_veth_pair(ipr, name, peer, mtu=bridge.mtu)
             break
         except netlink.LinkExists as e:
             if e.name == name:
@@ -190,19 +190,19 @@ def _remove_entries(conf: BridgeConf, nft: Nft, tag: str, what: str) -> None:
     nft.run(_entries(conf, nft, {tag}), what=what)
 
 
-def _ensure_bridge(ipr: IPRoute, conf: BridgeConf) -> dict:
+def _ensure_bridge(ipr: IPRoute, conf: BridgeConf) -> netlink.Link:
     """Go's setupBridge: the bridge (made, or reused when it is one), its
     promiscuity, no router advertisements taken (we own its routes), up."""
     bridge = netlink.ensure_bridge(ipr, conf.bridge, mtu=conf.mtu or None,
                                    vlan_filtering=conf.vlan_filtering)
     if conf.promisc_mode:
-        netlink.link_set(ipr, bridge["index"], promisc=True)
+        netlink.link_set(ipr, bridge.index, promisc=True)
     _sysctl_quiet(f"net/ipv6/conf/{conf.bridge}/accept_ra", "0")
-    netlink.link_up(ipr, bridge["index"])
+    netlink.link_up(ipr, bridge.index)
     return bridge
 
 
-def _setup_gateways(ipr: IPRoute, bridge: dict, conf: BridgeConf, result: Result,
+def _setup_gateways(ipr: IPRoute, bridge: netlink.Link, conf: BridgeConf, result: Result,
                     gws: dict[int, list[Any]]) -> None:
     """With ``isGateway``: the gateway addresses on the bridge (on the VLAN
     interface ``<bridge>.<vlan>`` with ``vlan``, which joins the result),
@@ -210,8 +210,8 @@ def _setup_gateways(ipr: IPRoute, bridge: dict, conf: BridgeConf, result: Result
     target = conf.bridge
     if conf.vlan:
         vif = _ensure_vlan_gateway(ipr, bridge, conf)
-        target = vif["name"]
-        result.interfaces.append(Interface(name=target, mac=vif["mac"]))
+        target = vif.name
+        result.interfaces.append(Interface(name=target, mac=vif.mac))
     for family, addrs in gws.items():
         for gw in addrs:
             _ensure_gateway_addr(ipr, target, gw, conf.force_address)
@@ -280,12 +280,12 @@ class Bridge(Plugin):
             bridge = _ensure_bridge(ipr, conf)
             host, cont = _create_veth(ipr, netns, args.ifname, conf.mtu,
                                       _container_mac(args, conf))
-            undo.callback(f"deleting {host['name']}", netlink.delete_link, ipr, host["name"])
-            _setup_port(ipr, host["name"], bridge, conf, conf.vlan)
+            undo.callback(f"deleting {host.name}", netlink.delete_link, ipr, host.name)
+            _setup_port(ipr, host.name, bridge, conf, conf.vlan)
             result = Result(cni_version=conf.cni_version, interfaces=[
-                Interface(name=conf.bridge, mac=bridge["mac"]),
-                Interface(name=host["name"], mac=host["mac"]),
-                Interface(name=args.ifname, mac=cont["mac"], sandbox=args.netns),
+                Interface(name=conf.bridge, mac=bridge.mac),
+                Interface(name=host.name, mac=host.mac),
+                Interface(name=args.ifname, mac=cont.mac, sandbox=args.netns),
             ])
             # nftables entries are collected here and applied in one transaction.
             nft = Nft() if (conf.macspoofchk or (conf.ip_masq and conf.layer3)) else None
@@ -293,7 +293,7 @@ class Bridge(Plugin):
             layouts: list[list[dict]] = []
             if conf.macspoofchk:
                 spoof = SpoofCheck(conf.name, nft)
-                elements += spoof.elements(host["name"], cont["mac"], tag)
+                elements += spoof.elements(host.name, cont.mac, tag)
                 layouts.append(spoof.layout())
 
             if conf.layer3:
@@ -323,13 +323,13 @@ class Bridge(Plugin):
             # Wait for the port to forward, then read back the MACs the
             # kernel may have changed meanwhile.
             if not conf.disable_container_interface:
-                link = netlink.wait_operstate(ipr, host["name"], "UP")
+                link = netlink.wait_operstate(ipr, host.name, "UP")
             else:
-                link = netlink.find_link(ipr, host["name"]) or host
-            result.interfaces[1].mac = link["mac"]
+                link = netlink.find_link(ipr, host.name) or host
+            result.interfaces[1].mac = link.mac
             now = netlink.find_link(ipr, conf.bridge)
             if now is not None:
-                result.interfaces[0].mac = now["mac"]
+                result.interfaces[0].mac = now.mac
         if conf.dns is not None and not conf.dns.is_empty():
             result.dns = conf.dns  # Go's dnsConfSet: the config's dns wins over IPAM's
         return result
@@ -379,13 +379,13 @@ class Bridge(Plugin):
                                          f"netns: {args.netns}")
         with NetNS.open(args.netns) as netns, IPRoute() as ipr:
             bridge = netlink.find_link(ipr, conf.bridge)
-            if bridge is None or bridge["kind"] != "bridge":
+            if bridge is None or bridge.kind != "bridge":
                 raise CNIError(ERR_INTERNAL,
                                f"CNI created bridge {conf.bridge} in host namespace was not found")
-            if br_if is not None and br_if.mac and br_if.mac != bridge["mac"]:
+            if br_if is not None and br_if.mac and br_if.mac != bridge.mac:
                 raise CNIError(ERR_INTERNAL,
                                f"Bridge interface {conf.bridge} Mac doesn't match: {br_if.mac}")
-            promisc = bool(bridge["flags"] & netlink.IFF_PROMISC)
+            promisc = bool(bridge.flags & netlink.IFF_PROMISC)
             if promisc != conf.promisc_mode:
                 raise CNIError(ERR_INTERNAL, f"Bridge interface {conf.bridge} configured Promisc "
                                              f"Mode {conf.promisc_mode} doesn't match current "
@@ -395,12 +395,12 @@ class Bridge(Plugin):
                 if cont is None:
                     raise CNIError(ERR_INTERNAL,
                                    f"CNI created interface in container {args.ifname} not found")
-                if cont["kind"] != "veth":
+                if cont.kind != "veth":
                     raise CNIError(ERR_INTERNAL,
                                    f"Error: Container interface {args.ifname} not of type veth")
-                if cont_if.mac and cont_if.mac != cont["mac"]:
+                if cont_if.mac and cont_if.mac != cont.mac:
                     raise CNIError(ERR_INTERNAL, f"Interface {args.ifname} Mac {cont_if.mac} "
-                                                 f"doesn't match container Mac: {cont['mac']}")
+                                                 f"doesn't match container Mac: {cont.mac}")
                 check_interface_ips(cipr, args.ifname, [
                     ipc for ipc in prev.ips if ipc.interface is None
                     or prev.interfaces[ipc.interface].name == args.ifname])
@@ -410,10 +410,10 @@ class Bridge(Plugin):
                 if intf.name in (conf.bridge, args.ifname) or intf.sandbox:
                     continue
                 link = netlink.find_link(ipr, intf.name)
-                if (link is not None and link["kind"] == "veth"
-                        and link["index"] == cont["link"] and link["link"] == cont["index"]
-                        and link["master"] == bridge["index"]):
-                    if intf.mac and intf.mac != link["mac"]:
+                if (link is not None and link.kind == "veth"
+                        and link.index == cont.peer_index and link.peer_index == cont.index
+                        and link.master == bridge.index):
+                    if intf.mac and intf.mac != link.mac:
                         raise CNIError(ERR_INTERNAL,
                                        f"Interface {intf.name} Mac doesn't match: {intf.mac}")
                     host = link
@@ -426,7 +426,7 @@ class Bridge(Plugin):
         if conf.ip_masq and conf.layer3:
             problems += Masquerade(conf.name).missing([ipc.address for ipc in prev.ips], tag)
         if conf.macspoofchk:
-            problems += SpoofCheck(conf.name).missing(host["name"], cont["mac"], tag)
+            problems += SpoofCheck(conf.name).missing(host.name, cont.mac, tag)
         if problems:
             raise CNIError(ERR_INTERNAL, "; ".join(problems))
 

@@ -42,6 +42,8 @@ from .allocator import IP, Range, RangeError, RangeSet, canonical_ip
 __all__ = [
     "HostLocalArgs",
     "HostLocalConf",
+    "HostLocalConfArgs",
+    "HostLocalRuntimeConfig",
     "IPAMSettings",
     "LoadedIPAM",
     "RangeConf",
@@ -126,7 +128,7 @@ class IPAMSettings(IPAMConf):
     resolv_conf: str = Field("", alias="resolvConf")
 
 
-class RuntimeConf(CNIModel):
+class HostLocalRuntimeConfig(CNIModel):
     """The capability arguments host-local reads from ``runtimeConfig``."""
 
     ip_ranges: _RangeSets = Field(default_factory=list, alias="ipRanges")
@@ -141,7 +143,7 @@ class CNIArgsIPs(CNIModel):
         default_factory=list)
 
 
-class ArgsConf(CNIModel):
+class HostLocalConfArgs(CNIModel):
     """The ``args`` object; only ``cni.ips`` is ours."""
 
     cni: CNIArgsIPs | None = None
@@ -154,8 +156,9 @@ class HostLocalConf(NetConf):
     object; ``ipam`` is its own). GC reads `NetConf.gc_keep`."""
 
     ipam: IPAMSettings | None = None
-    runtime_config: RuntimeConf = Field(default_factory=RuntimeConf, alias="runtimeConfig")
-    args: ArgsConf = Field(default_factory=ArgsConf)
+    runtime_config: HostLocalRuntimeConfig = Field(default_factory=HostLocalRuntimeConfig,
+                                                   alias="runtimeConfig")
+    args: HostLocalConfArgs = Field(default_factory=HostLocalConfArgs)
 
 
 class HostLocalArgs(CNIArgs):
@@ -224,7 +227,7 @@ def _range_set(index: int, confs: list[RangeConf]) -> RangeSet:
         raise _config_error(f"invalid range set {index}: {exc}") from None
 
 
-def load_ipam(conf: HostLocalConf, cni_args: HostLocalArgs | None, *,
+def load_ipam(conf: HostLocalConf, typed_args: HostLocalArgs | None, *,
               ranges: bool = True) -> LoadedIPAM:
     """Go's LoadIPAMConfig: requested addresses, range sets, validation.
 
@@ -254,8 +257,8 @@ def load_ipam(conf: HostLocalConf, cni_args: HostLocalArgs | None, *,
                 requested.append(Requested(ip, source))
 
     args_ips = conf.args.cni.ips if conf.args.cni is not None else []
-    if cni_args is not None and not args_ips:
-        want(cni_args.ip, "CNI_ARGS IP")
+    if typed_args is not None and not args_ips:
+        want(typed_args.ip, "CNI_ARGS IP")
     want(args_ips, "args.cni.ips")
     want(conf.runtime_config.ips, "runtimeConfig.ips")
 

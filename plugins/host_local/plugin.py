@@ -231,7 +231,7 @@ class HostLocal(Plugin):
         Returns the IPAM result: ``ips`` (address with the subnet's prefix length,
         gateway), the configured ``routes``, ``dns`` from ``resolvConf``.
         """
-        ipam = load_ipam(conf, args.cni_args)
+        ipam = load_ipam(conf, args.typed_args)
         dns = parse_resolv_conf(ipam.resolv_conf) if ipam.resolv_conf else DNS()
         store = _store(ipam)
         try:
@@ -253,7 +253,7 @@ class HostLocal(Plugin):
         Raises:
             CNIError: code 5 when a file could not be removed (after trying all).
         """
-        ipam = load_ipam(conf, args.cni_args, ranges=False)
+        ipam = load_ipam(conf, args.typed_args, ranges=False)
         store = _store(ipam)
         failed = []
         try:
@@ -282,7 +282,7 @@ class HostLocal(Plugin):
             CNIError: code 3 when it holds none at all (Go's message; Go answers
                 999), 999 when some range set has none of its addresses.
         """
-        ipam = load_ipam(conf, args.cni_args)
+        ipam = load_ipam(conf, args.typed_args)
         store = _store(ipam)
         held: list[IP] = []
         try:
@@ -315,7 +315,7 @@ class HostLocal(Plugin):
         keep = conf.gc_keep()
         valid = {(a.container_id, a.ifname) for a in keep}
         valid_ids = {a.container_id for a in keep}
-        ipam = load_ipam(conf, args.cni_args, ranges=False)
+        ipam = load_ipam(conf, args.typed_args, ranges=False)
         store = _store(ipam)
         problems: list[str] = []
         try:
@@ -353,7 +353,7 @@ class HostLocal(Plugin):
             CNIError: as ADD: code 7 naming the range set or key, 5 for an
                 unreadable resolvConf.
         """
-        ipam = load_ipam(conf, args.cni_args)
+        ipam = load_ipam(conf, args.typed_args)
         if ipam.resolv_conf:
             parse_resolv_conf(ipam.resolv_conf)
 
@@ -364,7 +364,7 @@ class HostLocal(Plugin):
             CNIError: code 50 (spec: cannot service ADD) naming the store or the
                 exhausted range set; code 7 for an invalid config.
         """
-        ipam = load_ipam(conf, args.cni_args)
+        ipam = load_ipam(conf, args.typed_args)
         store = _store(ipam)
         try:
             store.ensure()

@@ -47,7 +47,7 @@ class Loopback(Plugin):
             check_expressible(conf.cni_version, conf.prev_result)  # returned as is
         with NetNS.open(args.netns) as ns, ns.iproute() as ipr, rollback(self.name) as undo:
             lo = netlink.find_link(ipr, LO)
-            if lo is None or not lo["up"]:
+            if lo is None or not lo.up:
                 undo.callback("lo down", netlink.link_down, ipr, LO)
             netlink.link_up(ipr, LO)
             # The kernel puts lo's addresses on as it goes up: only now is
@@ -80,7 +80,7 @@ class Loopback(Plugin):
         """
         with NetNS.open(args.netns) as ns, ns.iproute() as ipr:
             link = netlink.find_link(ipr, LO)
-        if link is None or not link["up"]:
+        if link is None or not link.up:
             raise CNIError(ERR_INTERNAL, "loopback interface is down", args.netns)
 
     def delete(self, args: CmdArgs, conf: NetConf) -> None:

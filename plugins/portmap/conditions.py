@@ -15,10 +15,13 @@ first created (a few ms).
 
 from __future__ import annotations
 
+import ctypes
+import os
 import threading
 from typing import Any
 
 from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, CNIError
+from cni_skel.nft import Nft
 
 __all__ = ["to_json"]
 
@@ -27,9 +30,6 @@ _T = {"family": "inet", "table": "scratch"}
 
 
 def _unshare_net() -> None:
-    import ctypes
-    import os
-
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.unshare(_CLONE_NEWNET) != 0:
         err = ctypes.get_errno()
@@ -37,8 +37,6 @@ def _unshare_net() -> None:
 
 
 def _convert(conditions: dict[str, list[str]]) -> dict[str, list[dict]]:
-    from cni_skel.nft import Nft
-
     _unshare_net()
     nft = Nft()
     setup: list[dict] = [{"add": {"table": {"family": "inet", "name": "scratch"}}}]
@@ -55,12 +53,9 @@ def _convert(conditions: dict[str, list[str]]) -> dict[str, list[dict]]:
                 setup.append({"add": {"rule": {**_T, "chain": hook,
                                                "expr": [{"jump": {"target": name}}]}}})
     nft.run(setup, what="portmap: scratch table")
-    import nftables  # text input is needed here, and only here
-
-    ctx = nftables.Nftables()
     for key, i, name in chains:
         cond = conditions[key][i]
-        rc, _out, err = ctx.cmd(f"add rule inet scratch {name} {cond} accept")
+        rc, _out, err = nft.text_cmd(f"add rule inet scratch {name} {cond} accept")
         if rc != 0:
             text = " ".join(str(err).split())
             raise CNIError(ERR_INVALID_NETWORK_CONFIG,

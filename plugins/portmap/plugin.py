@@ -39,9 +39,11 @@ from cni_skel.nft import (
 )
 from cni_skel.rollback import rollback
 from cni_skel.skel import Plugin
+from cni_skel.sysctl import read_sysctl, write_sysctl
 from cni_skel.types import Result, check_expressible
 
 from . import layout as L
+from .conditions import to_json
 from .config import PROTOCOLS, PortMapConf
 
 __all__ = ["PortMap", "container_ips"]
@@ -155,8 +157,6 @@ def _layout_cmds(table: Table | None, conf: PortMapConf, gid: str,
         cmds += L.base_layout()
     if f"dnat_{gid}" not in chains:
         if "conds" not in cache:
-            from .conditions import to_json
-
             cache["conds"] = to_json({"conditionsV4": conf.conditions(4),
                                       "conditionsV6": conf.conditions(6)})
         conds = cache["conds"]
@@ -319,8 +319,6 @@ def _route_localnet(conf: PortMapConf, ip: IPAddr) -> None:
     that 127/8-sourced traffic DNATed to the container may be routed; when
     prevResult names none present here, on the interface the route to the
     container goes through (Go's getRoutableHostIF)."""
-    from cni_skel.sysctl import read_sysctl, write_sysctl
-
     names = [i.name for i in conf.prev_result.interfaces if not i.sandbox]
     present = [n for n in names if n and "/" not in n and n not in (".", "..")
                and os.path.isdir(f"/proc/sys/net/ipv4/conf/{n}")]
@@ -334,7 +332,8 @@ def _route_localnet(conf: PortMapConf, ip: IPAddr) -> None:
 
 
 def _route_dev(ip: IPAddr) -> str | None:
-    from pyroute2 import IPRoute
+    # pyroute2 only here and for UDP: a one-shot ADD otherwise never loads it (~100 ms).
+    from pyroute2 import IPRoute  # noqa: PLC0415
 
     try:
         with IPRoute() as ipr:
@@ -355,7 +354,7 @@ def _flush_udp(conf: PortMapConf, ips: dict[int, IPAddr]) -> None:
     ports = {m.host_port for m in conf.port_mappings if m.protocol == "udp"}
     if not ports:
         return
-    from cni_skel.conntrack import delete_entries
+    from cni_skel.conntrack import delete_entries  # noqa: PLC0415 (pyroute2: see _route_dev)
 
     for v in ips:
         for port in sorted(ports):

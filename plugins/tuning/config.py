@@ -43,6 +43,8 @@ __all__ = [
     "Sysctl",
     "TuningArgs",
     "TuningConf",
+    "TuningConfArgs",
+    "TuningRuntimeConfig",
     "check_allowed",
     "load_allowlist",
     "load_settings",
@@ -105,13 +107,13 @@ class CNIOverrides(CNIModel):
     tx_qlen: TxQLen = Field(None, alias="txQLen")
 
 
-class ArgsConf(CNIModel):
+class TuningConfArgs(CNIModel):
     """The ``args`` object; only ``cni`` is ours."""
 
     cni: CNIOverrides | None = None
 
 
-class RuntimeConf(CNIModel):
+class TuningRuntimeConfig(CNIModel):
     """``runtimeConfig``: the ``mac`` capability."""
 
     mac: Mac = None
@@ -127,8 +129,9 @@ class TuningConf(NetConf):
     allmulti: StrictBool | None = None
     tx_qlen: TxQLen = Field(None, alias="txQLen")
     data_dir: str = Field("", alias="dataDir")
-    runtime_config: RuntimeConf = Field(default_factory=RuntimeConf, alias="runtimeConfig")
-    args: ArgsConf = Field(default_factory=ArgsConf)
+    runtime_config: TuningRuntimeConfig = Field(default_factory=TuningRuntimeConfig,
+                                                alias="runtimeConfig")
+    args: TuningConfArgs = Field(default_factory=TuningConfArgs)
 
 
 class TuningArgs(CNIArgs):
@@ -280,7 +283,7 @@ def load_settings(args: CmdArgs, conf: TuningConf) -> Settings:
     s = Settings(data_dir=conf.data_dir or DEFAULT_DATA_DIR)
     s.sysctls = _merge_sysctls(conf.sysctl, over.sysctl or {}, args.ifname)
     for source, mac in (("mac", conf.mac),
-                        ("CNI_ARGS MAC", getattr(args.cni_args, "mac", None)),
+                        ("CNI_ARGS MAC", getattr(args.typed_args, "mac", None)),
                         ("runtimeConfig.mac", conf.runtime_config.mac),
                         ("args.cni.mac", over.mac)):
         if mac is not None:

@@ -129,18 +129,14 @@ def _link_state(ipr: Any, ifname: str) -> dict[str, Any] | None:
     link = netlink.find_link(ipr, ifname)
     if link is None:
         return None
-    try:
-        msg = ipr.link("get", index=link["index"])[0]
-    except Exception as exc:  # the link went away between the two requests
-        raise CNIError(ERR_INTERNAL, f'tuning: cannot read link "{ifname}": {exc}') from None
     return {
-        "mac": link["mac"],
+        "mac": link.mac,
         # dev_get_flags reports the flags set by users, not the refcounted
         # promiscuity (tcpdump), which is what we set and restore.
-        "promisc": bool(link["flags"] & netlink.IFF_PROMISC),
-        "mtu": link["mtu"],
-        "allmulti": bool(link["flags"] & netlink.IFF_ALLMULTI),
-        "txQLen": msg.get("IFLA_TXQLEN"),
+        "promisc": bool(link.flags & netlink.IFF_PROMISC),
+        "mtu": link.mtu,
+        "allmulti": bool(link.flags & netlink.IFF_ALLMULTI),
+        "txQLen": link.txqlen,
     }
 
 

@@ -19,7 +19,7 @@ class ArgsEcho(Plugin):
     args_model = EchoArgs
 
     def add(self, args, conf):
-        ips = [{"address": f"{ip}/{32 if ip.version == 4 else 128}"} for ip in args.cni_args.ip]
+        ips = [{"address": f"{ip}/{32 if ip.version == 4 else 128}"} for ip in args.typed_args.ip]
         return Result.model_validate({"cniVersion": conf.cni_version, "ips": ips})
 
     def delete(self, args, conf):

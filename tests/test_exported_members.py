@@ -1,0 +1,45 @@
+"""The public surface: what `cni_skel` exports is pinned here, so adding or
+dropping a name is a decision a reviewer sees (as httpx's
+test_exported_members.py). Every ``__all__`` of the SDK's modules names
+something that exists."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import cni_skel
+
+PUBLIC = [
+    "ALL_VERSIONS", "CNIArgs", "CNIError", "CURRENT_VERSION", "CmdArgs", "DNS", "Exec",
+    "GCAttachment", "IPAMConf", "IPConfig", "Interface", "K8sArgs", "Link", "NetConf", "NetNS",
+    "Plugin", "Result", "Rollback", "Route", "SubprocessExec", "delegate_add", "delegate_check",
+    "delegate_del", "delegate_gc", "delegate_status", "dispatch", "ipam_add", "load_args",
+    "open_netns", "parse_result", "rollback",
+]
+
+
+def test_all_is_pinned():
+    assert cni_skel.__all__ == sorted(PUBLIC)
+
+
+def test_every_exported_name_resolves_to_the_sdk():
+    for name in cni_skel.__all__:
+        value = getattr(cni_skel, name)
+        module = getattr(value, "__module__", None)
+        assert module is None or module.startswith("cni_skel"), (name, module)
+        assert name in dir(cni_skel)
+
+
+def test_rollback_is_the_function_not_the_module():
+    assert callable(cni_skel.rollback) and not isinstance(cni_skel.rollback, type(cni_skel))
+
+
+def test_every_module_all_names_what_exists():
+    names = [m.name for m in pkgutil.walk_packages(cni_skel.__path__, "cni_skel.")
+             if not m.name.endswith("__main__")]
+    assert "cni_skel.warm.protocol" in names and "cni_skel.runtime.api" in names
+    for name in names:
+        module = importlib.import_module(name)
+        for attr in getattr(module, "__all__", ()):
+            assert hasattr(module, attr), f"{name}.__all__ names {attr}, which it lacks"
