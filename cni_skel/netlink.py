@@ -88,7 +88,8 @@ _MAC_RE = re.compile(r"^[0-9a-fA-F]{2}([:-])[0-9a-fA-F]{2}(\1[0-9a-fA-F]{2}){4}$
 class LinkNotFound(CNIError):
     """No link of that name in the namespace (code 999)."""
 
-    def __init__(self, name: str | int) -> None:
+    def __init__(self, name: Link | str | int) -> None:
+        name = name.name if isinstance(name, Link) else name
         super().__init__(ERR_INTERNAL, f'link "{name}" not found')
         self.name = name
 

@@ -43,7 +43,7 @@ def _container_mac(args: CmdArgs, conf: BridgeConf) -> str | None:
 
 
 def _create_veth(ipr: IPRoute, netns: NetNS, ifname: str, mtu: int,
-                 mac: str | None) -> tuple[dict, dict]:
+                 mac: str | None) -> tuple[netlink.Link, netlink.Link]:
     """Host end ``veth<8 hex>`` here, container end ``ifname`` directly in
     ``netns`` (it never appears in the host namespace)."""
     with netns.iproute() as cipr:
@@ -62,10 +62,10 @@ def _create_veth(ipr: IPRoute, netns: NetNS, ifname: str, mtu: int,
     raise CNIError(ERR_INTERNAL, "failed to find a unique veth name")
 
 
-def _setup_port(ipr: IPRoute, port: str, bridge: netlink.Link, conf: BridgeConf,
+def _setup_port(ipr: IPRoute, port: netlink.Link | str, bridge: netlink.Link, conf: BridgeConf,
                 vlan: int) -> None:
     """Enslave ``port`` to the bridge with hairpin/isolation/VLANs, as Go's
-    setupVeth, and bring it up."""
+    setupVeth, and bring it up (given its `Link`, no step looks it up)."""
     netlink.link_set(ipr, port, master=bridge.index)
     netlink.bridge_port_set(ipr, port, hairpin=conf.hairpin_mode, isolated=conf.port_isolation)
     if (vlan or conf.vlans) and not conf.preserve_default_vlan:
@@ -280,8 +280,8 @@ class Bridge(Plugin):
             bridge = _ensure_bridge(ipr, conf)
             host, cont = _create_veth(ipr, netns, args.ifname, conf.mtu,
                                       _container_mac(args, conf))
-            undo.callback(f"deleting {host.name}", netlink.delete_link, ipr, host.name)
-            _setup_port(ipr, host.name, bridge, conf, conf.vlan)
+            undo.callback(f"deleting {host.name}", netlink.delete_link, ipr, host)
+            _setup_port(ipr, host, bridge, conf, conf.vlan)
             result = Result(cni_version=conf.cni_version, interfaces=[
                 Interface(name=conf.bridge, mac=bridge.mac),
                 Interface(name=host.name, mac=host.mac),
@@ -323,11 +323,11 @@ class Bridge(Plugin):
             # Wait for the port to forward, then read back the MACs the
             # kernel may have changed meanwhile.
             if not conf.disable_container_interface:
-                link = netlink.wait_operstate(ipr, host.name, "UP")
+                link = netlink.wait_operstate(ipr, host, "UP")
             else:
-                link = netlink.find_link(ipr, host.name) or host
+                link = netlink.find_link(ipr, host) or host
             result.interfaces[1].mac = link.mac
-            now = netlink.find_link(ipr, conf.bridge)
+            now = netlink.find_link(ipr, bridge)
             if now is not None:
                 result.interfaces[0].mac = now.mac
         if conf.dns is not None and not conf.dns.is_empty():
