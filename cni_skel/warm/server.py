@@ -99,7 +99,7 @@ from ..invoke import SubprocessExec, plugin_outcome
 from ..netns import current_netns, setns
 from ..skel import dispatch, error_answer, load_config, resolve_ref
 from ..version import ALL_VERSIONS
-from .client import loads_light, ping
+from .client import ping
 from .install import launcher_info
 from .protocol import (
     DEFAULT_SOCKET,
@@ -893,8 +893,9 @@ def _rehearse(plugins: dict[str, Any]) -> None:
 
 
 def _config_version(stdin: bytes) -> str:
+    # The worker has json loaded; the launcher's light parser refuses escapes.
     try:
-        v = loads_light(stdin).get("cniVersion")
+        v = json.loads(stdin).get("cniVersion")
     except Exception:
         return ""
     return v if v in ALL_VERSIONS else ""
