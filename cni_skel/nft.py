@@ -27,6 +27,7 @@ Source: libnftables-json(5); nftables 1.0.x (Debian 12).
 from __future__ import annotations
 
 import errno
+import functools
 import ipaddress
 import os
 from collections.abc import Iterable, Iterator
@@ -281,6 +282,7 @@ _PROTO_NUM = {"icmp": 1, "igmp": 2, "tcp": 6, "udp": 17, "gre": 47, "esp": 50, "
 _PROTO_NAME = {v: k for k, v in _PROTO_NUM.items()}
 
 
+@functools.cache
 def _netlink() -> SimpleNamespace:
     """pyroute2's nf_tables pieces (and the asyncio they run on), imported
     on the first `lookup` / `generation`: a one-shot portmap ADD makes no

@@ -23,6 +23,7 @@ from typing import Any
 from ..env import validate_container_id, validate_ifname, validate_network_name
 from ..errors import ERR_DECODING_FAILURE, ERR_IO_FAILURE, CNIError
 from ..state import atomic_write
+from .conf import dir_names
 
 __all__ = ["CACHE_KIND", "DEFAULT_CACHE_DIR", "CachedInfo", "ResultCache"]
 
@@ -190,15 +191,8 @@ class ResultCache:
         Raises:
             CNIError: code 5 when the directory cannot be listed.
         """
-        try:
-            names = sorted(os.listdir(self.results_dir))
-        except FileNotFoundError:
-            return []
-        except OSError as exc:
-            raise CNIError(ERR_IO_FAILURE, f"cannot read cache directory {self.results_dir}: "
-                           f"{exc.strerror}") from None
         out = []
-        for name in names:
+        for name in dir_names(self.results_dir, "cache directory"):
             path = os.path.join(self.results_dir, name)
             try:
                 with open(path, "rb") as fp:

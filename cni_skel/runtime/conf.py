@@ -303,6 +303,20 @@ def _conf_to_list(plugin: PluginConfig, source: str | None) -> NetworkConfigList
     return netlist
 
 
+def dir_names(path: str, what: str) -> list[str]:
+    """The names in directory ``path``, sorted; none when it is missing.
+
+    Raises:
+        CNIError: code 5 ``cannot read <what> <path>: <strerror>`` otherwise.
+    """
+    try:
+        return sorted(os.listdir(path))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise CNIError(ERR_IO_FAILURE, f"cannot read {what} {path}: {exc.strerror}") from None
+
+
 def conf_files(conf_dir: str, extensions: Iterable[str] = CONF_EXTENSIONS) -> list[str]:
     """Configuration files of ``conf_dir`` with one of ``extensions``, in
     lexical order of their names (directories skipped). A missing directory
@@ -312,15 +326,8 @@ def conf_files(conf_dir: str, extensions: Iterable[str] = CONF_EXTENSIONS) -> li
         CNIError: code 5 when the directory cannot be read.
     """
     exts = tuple(extensions)
-    try:
-        names = os.listdir(conf_dir)
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise CNIError(ERR_IO_FAILURE, f"cannot read config directory {conf_dir}: "
-                       f"{exc.strerror}") from None
     out = []
-    for name in sorted(names):
+    for name in dir_names(conf_dir, "config directory"):
         path = os.path.join(conf_dir, name)
         if os.path.splitext(name)[1] in exts and not os.path.isdir(path):
             out.append(path)
