@@ -11,11 +11,15 @@ PY       := $(VENV)/bin/python
 # for interop tests and benchmarks; python3-venv: Debian's venv module;
 # containerd + runc + busybox-static: the end-to-end test (tests/test_containerd.py),
 # which runs its own containerd in a test namespace; gcc + libc6-dev: the native
-# launchers `cni-skel install` compiles (and the bench's spawner).
+# launchers `cni-skel install` compiles (and the bench's spawner); systemd:
+# systemd-socket-activate and systemd-analyze, which run and check the worker's
+# units in the demo and the tests (systemd itself is not started); mmdebstrap +
+# buildah: the node image (`make image`, tests/test_image.py), built from
+# Debian's packages and PyPI with no container registry.
 SYS_PKGS := iproute2 nftables libnftables1 containernetworking-plugins python3 python3-venv \
-            containerd runc busybox-static gcc libc6-dev
+            containerd runc busybox-static gcc libc6-dev systemd mmdebstrap buildah
 
-.PHONY: all deps venv demo test install lint bench bench-quick fuzz clean
+.PHONY: all deps venv demo test install image lint bench bench-quick fuzz clean
 
 all: test
 
@@ -46,8 +50,17 @@ demo: deps venv
 test: deps venv
 	$(PY) -m pytest -q
 
+# Launchers into BIN_DIR and the worker's socket-activated systemd units
+# (enabled when systemd runs): the default, warm install of a host.
 install: venv
 	$(VENV)/bin/cni-skel install --bin-dir $(BIN_DIR)
+
+# The node image for a cluster (deploy/: DaemonSet + kustomization), an OCI
+# archive with no registry involved: ctr -n k8s.io image import $(IMAGE)
+IMAGE ?= build/cni-skel-image.tar
+
+image: deps venv
+	image/build.sh -o $(IMAGE)
 
 lint: venv
 	$(VENV)/bin/ruff check .

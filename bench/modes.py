@@ -13,21 +13,24 @@ plus an entry in MODES:
            that always import the SDK (VERSION included)
   inproc   ours, `cni_skel.skel.dispatch` called in the agent process: the
            plugin's work without interpreter start-up and imports
-  warm     ours, the same launchers talking to `cni-skel worker` (a
-           fork-server with the imports done); skipped with ModeUnavailable
-           when the installed cni_skel has no worker
+  warm     ours as `cni-skel install` sets up a node by default: the same
+           launchers, and the worker's systemd units run as systemd runs
+           them (cni_skel.harness.SocketActivation: the unit's ExecStart,
+           started by the first call); skipped with ModeUnavailable when the
+           installed cni_skel has no worker
 """
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import os
 import subprocess
 import sys
 import time
 
-from cni_skel.warm.install import plugin_registry, write_executable
+from cni_skel.harness import SocketActivation
+from cni_skel.warm.client import ping
+from cni_skel.warm.install import plugin_registry, systemd_units, write_executable, write_units
 
 GO_BIN = "/usr/lib/cni"
 PLUGINS = ("bridge", "host-local", "loopback", "portmap", "tuning")
@@ -125,40 +128,38 @@ class InProcMode(OneShotMode):
 
 
 class WarmMode(OneShotMode):
-    """Launchers (`cni-skel install` default) handing calls to `cni-skel worker`.
-    wait4 sees the launcher only: per-call CPU and RSS exclude the worker's
-    forked child (a lower bound); churn adds the worker's CPU (`helper_cpu`)."""
+    """The default install: launchers handing calls to `cni-skel worker`,
+    socket-activated through the units `cni-skel install` writes. wait4 sees
+    the launcher only: per-call CPU and RSS exclude the worker's forked
+    child (a lower bound); churn adds the worker's CPU (`helper_cpu`).
+    ``first_call``: seconds from the first connection to the socket (the
+    worker not running yet) to its answer."""
 
-    key, label = "warm", "ours warm"
+    key, label = "warm", "ours, default install (socket-activated worker)"
 
     def worker_socket(self, work_dir: str) -> str | None:
         return os.path.join(work_dir, "warm", "worker.sock")
 
     def install(self, work_dir: str) -> None:
-        if importlib.util.find_spec("cni_skel.warm.server") is None or \
-                "worker_socket" not in inspect.signature(write_executable).parameters:
-            raise ModeUnavailable("warm mode needs cni_skel.warm.server and launchers "
-                                  "(write_executable(worker_socket=...))")
         super().install(work_dir)
         sock = self.worker_socket(work_dir)
-        os.makedirs(os.path.dirname(sock), exist_ok=True)
-        cmd = [sys.executable, "-c", "from cni_skel.cli import main; main()", "worker",
-               "--socket", sock]
-        self.log = open(os.path.join(work_dir, "warm", "worker.log"), "w")  # noqa: SIM115
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=self.log)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise ModeUnavailable(f"cni-skel worker exited {self.proc.returncode} "
-                                      f"(log: {self.log.name})")
-            ok = subprocess.run([*cmd[:4], "--socket", sock, "--check"],
-                                capture_output=True, check=False).returncode == 0
-            if ok:
-                return
-            time.sleep(0.3)
-        self.close()
-        raise ModeUnavailable("cni-skel worker did not answer within 20 s")
+        units = os.path.join(work_dir, "warm", "units")
+        write_units(units, systemd_units(sys.executable, sock, None))
+        try:
+            self.activation = SocketActivation(units, os.path.join(work_dir, "warm",
+                                                                   "worker.log"))
+        except RuntimeError as exc:
+            raise ModeUnavailable(str(exc)) from None
+        start = time.monotonic()
+        ok, why = ping(sock, 30.0)  # the first call: systemd starts the worker on it
+        self.first_call = time.monotonic() - start
+        if not ok:
+            self.close()
+            raise ModeUnavailable(f"socket-activated worker did not answer: {why}")
+
+    @property
+    def proc(self) -> subprocess.Popen:
+        return self.activation.proc
 
     def helper_cpu(self) -> float:
         """The worker's CPU, its own (accepting, forking) plus its reaped
@@ -169,16 +170,10 @@ class WarmMode(OneShotMode):
         return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
     def close(self) -> None:
-        proc = getattr(self, "proc", None)
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if getattr(self, "log", None):
-            self.log.close()
+        activation = getattr(self, "activation", None)
+        if activation is not None:
+            activation.stop()
+            self.activation = None
 
 
 MODES: dict[str, type[Mode]] = {m.key: m for m in (GoMode, OneShotMode, ScriptMode, InProcMode,

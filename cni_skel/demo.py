@@ -9,6 +9,12 @@ plugins run inside the node namespace), pod-a pings pod-b, TCP goes pod-b ->
 pod-a and node -> hostPort (portmap) -> pod-a (`cni_skel.harness.icmp_ping`,
 `cni_skel.harness.tcp_echo`), then CHECK, DEL and a summary.
 
+The plugins run warm by default, the way ``cni-skel install`` sets a node up:
+launchers (``--fallback none``, so every call is the worker's) and the
+worker's systemd units, run as systemd runs them
+(`cni_skel.harness.SocketActivation`: the first call starts the worker);
+``mode="oneshot"`` runs them one Python process per call instead.
+
 Everything is removed at the end, also on failure or KeyboardInterrupt; the
 machine's own network namespace is never touched. Needs root. The click
 command (`cni_skel.cli`) handles signals and exit codes; this module only
@@ -29,12 +35,12 @@ from typing import IO, Any
 
 from . import netlink
 from .errors import CNIError
-from .harness import TestNetNS, create_netns, icmp_ping, remove_netns, tcp_echo
+from .harness import SocketActivation, TestNetNS, create_netns, icmp_ping, remove_netns, tcp_echo
 from .netns import NetNS
 from .runtime import NetworkConfigList, Runtime, RuntimeConf, describe_error
 from .types import Result
 from .version import ALL_VERSIONS, parse_version
-from .warm.install import plugin_registry, write_executable
+from .warm.install import plugin_registry, systemd_units, write_executable, write_units
 
 __all__ = ["DEMO_BRIDGE", "DEMO_HOST_PORT", "DEMO_POD_PORT", "DEMO_SUBNET", "DEMO_TYPES",
            "DemoFailure", "demo_conflist", "pick_version", "run_demo"]
@@ -134,13 +140,16 @@ class _Report:
 
 
 def run_demo(plugin_dir: str | None = None, cni_version: str = "auto", verbose: bool = False,
-             *, out: IO[str] | None = None, err: IO[str] | None = None) -> bool:
+             *, out: IO[str] | None = None, err: IO[str] | None = None,
+             mode: str = "warm") -> bool:
     """Run the demo, writing its report to ``out`` (default sys.stdout) and
     errors to ``err`` (default sys.stderr).
 
     ``plugin_dir``: run the executables found there instead of installing
     ours. ``cni_version``: a version, or ``"auto"`` (see `pick_version`).
-    ``verbose``: log each plugin execution.
+    ``verbose``: log each plugin execution (and, warm, the worker's lines).
+    ``mode``: "warm" (ours through a socket-activated worker, as
+    ``cni-skel install`` sets up) or "oneshot".
 
     Returns:
         True when every step passed. A CNI error stops the demo and counts
@@ -153,7 +162,7 @@ def run_demo(plugin_dir: str | None = None, cni_version: str = "auto", verbose: 
     say = _Report(out or sys.stdout, err or sys.stderr)
     steps: list[Step] = []
     with tempfile.TemporaryDirectory(prefix="cni-skel-demo-") as tmp, \
-            _namespaces() as made:
+            _namespaces() as made, contextlib.ExitStack() as stack:
         cni: Runtime | None = None
         added: list[Attachment] = []
         interrupted = False
@@ -165,7 +174,7 @@ def run_demo(plugin_dir: str | None = None, cni_version: str = "auto", verbose: 
             say(f"  node netns   {node.path}   (the plugins run here, as on a node)")
             for label, ns in pods.items():
                 say(f"  {label} netns  {ns.path}")
-            bin_dir = _plugins(plugin_dir, tmp, say)
+            bin_dir = _plugins(plugin_dir, tmp, say, mode, stack, verbose)
             log = (lambda line: say(f"    [runtime] {line}")) if verbose else None
             cni = Runtime(conf_dir=os.path.join(tmp, "net.d"), bin_dirs=[bin_dir],
                           cache_dir=os.path.join(tmp, "cache"), plugin_netns=node.path,
@@ -223,8 +232,11 @@ def _namespaces() -> Iterator[Callable[[str], TestNetNS]]:
             remove_netns(ns)
 
 
-def _plugins(plugin_dir: str | None, tmp: str, say: _Report) -> str:
-    """The bin dir: ``plugin_dir``, or ours installed under ``tmp``."""
+def _plugins(plugin_dir: str | None, tmp: str, say: _Report, mode: str,
+             stack: contextlib.ExitStack, verbose: bool) -> str:
+    """The bin dir: ``plugin_dir``, or ours installed under ``tmp`` (warm:
+    with the worker's units, activated as systemd would; stopped by
+    ``stack``)."""
     if plugin_dir:
         bin_dir = os.path.abspath(plugin_dir)
         say(f"  plugins      {bin_dir} (--plugin-dir)")
@@ -234,10 +246,39 @@ def _plugins(plugin_dir: str | None, tmp: str, say: _Report) -> str:
     missing = [t for t in DEMO_TYPES if t not in registry]
     if missing:
         raise DemoFailure(f"plugin(s) not installed: {', '.join(missing)}")
+    if mode != "warm":
+        for ptype in DEMO_TYPES:
+            write_executable(bin_dir, ptype, registry[ptype], force=True, worker_socket=None)
+        say(f"  plugins      ours, one-shot (a Python process per call), in {bin_dir}")
+        return bin_dir
+    sock = os.path.join(tmp, "run", "worker.sock")
     for ptype in DEMO_TYPES:
-        write_executable(bin_dir, ptype, registry[ptype], force=True)
-    say(f"  plugins      ours, installed into {bin_dir}")
+        write_executable(bin_dir, ptype, registry[ptype], force=True, worker_socket=sock,
+                         fallback="none")
+    units = os.path.join(tmp, "units")
+    write_units(units, systemd_units(sys.executable, sock, None))
+    log = os.path.join(tmp, "worker.log")
+    try:
+        activation = SocketActivation(units, log)
+    except RuntimeError as exc:
+        raise DemoFailure(f"{exc}; or run `cni-skel demo --one-shot`") from None
+    stack.callback(_stop_worker, activation, say, verbose)
+    say(f"  plugins      ours, warm, as `cni-skel install` sets a node up: launchers in "
+        f"{bin_dir}")
+    say(f"               (--fallback none) and the worker's units in {units}, socket-activated "
+        f"on {sock}")
     return bin_dir
+
+
+def _stop_worker(activation: SocketActivation, say: _Report, verbose: bool) -> None:
+    activation.stop()
+    lines = activation.log().splitlines()
+    served = [ln for ln in lines if " exit=" in ln]
+    say(f"\nworker: {len(served)} plugin calls served warm by {len(activation.procs)} "
+        "socket-activated worker process(es); none ran one-shot")
+    if verbose:
+        for line in lines:
+            say(f"    [worker] {line}")
 
 
 def _write_configs(cni: Runtime, version: str, tmp: str,

@@ -27,6 +27,8 @@ __all__ = [
     "COMMANDS",
     "NETNS_MAX",
     "CmdArgs",
+    "hand_over_netns",
+    "handed_netns_fd",
     "is_valid_name",
     "parse_cni_args",
     "parse_env",
@@ -62,6 +64,29 @@ NETNS_MAX = 4095
 _NOT_UTF8 = re.compile("[\ud800-\udfff]")
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 _SHOW_MAX = 200
+
+
+# CNI_NETNS path -> an open fd on that namespace, handed over by a launcher.
+_handed_netns: dict[str, int] = {}
+
+
+def hand_over_netns(path: str, fd: int | None) -> None:
+    """Serve CNI_NETNS value ``path`` from ``fd``, an open network namespace
+    file the launcher passed (`cni_skel.warm.server`), instead of resolving
+    the path: `cni_skel.netns.NetNS.open` (and everything built on it) and the
+    skel's same-namespace check then use the fd, so a worker in another mount
+    namespace enters the pod's namespace while results and logs keep the
+    path. The fd stays the caller's to close. ``fd`` None forgets ``path``.
+    For the one request a worker child serves."""
+    if fd is None:
+        _handed_netns.pop(path, None)
+    else:
+        _handed_netns[path] = fd
+
+
+def handed_netns_fd(path: str) -> int | None:
+    """The fd `hand_over_netns` registered for ``path``, if any."""
+    return _handed_netns.get(path)
 
 
 def is_valid_name(name: str) -> bool:

@@ -2,7 +2,8 @@
 
 No pytest here: `cni_skel.testing` builds its fixtures on this, and
 ``cni-skel demo`` (`cni_skel.demo`) uses it directly: namespaces, plugin
-executables, and the traffic checks (`tcp_echo`, `icmp_ping`). Needs root
+executables, the traffic checks (`tcp_echo`, `icmp_ping`), and the worker's
+systemd units run as systemd runs them (`SocketActivation`). Needs root
 (namespaces, raw sockets) and iproute2 (``ip netns exec`` gives the plugin
 the node namespace's own /sys).
 """
@@ -15,9 +16,13 @@ import itertools
 import json
 import os
 import select
+import shlex
+import shutil
+import signal
 import socket
 import struct
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -29,11 +34,12 @@ from pyroute2 import netns as ip_netns
 from .errors import CNIError
 from .netns import NetNS
 from .nft import Nft, Table
-from .warm.install import write_executable
+from .warm.install import SERVICE_UNIT, SOCKET_UNIT, write_executable
 from .warm.protocol import DEFAULT_SOCKET, REQUIRED_ENV
 
 __all__ = [
     "PluginRun",
+    "SocketActivation",
     "TestNetNS",
     "create_netns",
     "icmp_ping",
@@ -43,6 +49,7 @@ __all__ = [
     "run_plugin",
     "run_plugin_raw",
     "tcp_echo",
+    "unit_values",
 ]
 
 NETNS_DIR = "/run/netns"
@@ -296,3 +303,116 @@ def run_plugin(executable: str, command: str, config: Mapping[str, Any] | bytes 
         raise CNIError.from_dict(run.doc, stderr=run.stderr)
     raise CNIError(999, f"plugin exited {run.exit_code} without an Error object",
                    run.stderr[-2000:], stderr=run.stderr)
+
+
+def unit_values(path: str, key: str) -> list[str]:
+    """Every value of ``key=`` in a unit file (no continuation lines in ours)."""
+    with open(path) as fp:
+        return [line.split("=", 1)[1].strip() for line in fp
+                if line.startswith(f"{key}=")]
+
+
+class SocketActivation:
+    """Run ``<unit_dir>/cni-skel-worker.{socket,service}`` (what ``cni-skel
+    install`` writes) as systemd would, where systemd is not PID 1: listen
+    on the socket unit's ``ListenStream`` (mode 0600, its directory 0755)
+    and keep that socket for the whole life of this object; on the first
+    connection Debian's ``systemd-socket-activate`` execs the service's own
+    ``ExecStart`` with the socket as fd 3 (``LISTEN_FDS``/``LISTEN_PID``),
+    and after that process exits (``--idle-exit``) the next connection
+    starts a new one.
+
+    ``extra_args``: appended to ExecStart (the suite's preloads); ``env``:
+    the service's environment; its output goes to ``log_path``. `procs` are
+    the worker processes started so far (the last one is current).
+    """
+
+    def __init__(self, unit_dir: str, log_path: str, *, extra_args: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> None:
+        if shutil.which("systemd-socket-activate") is None:
+            raise RuntimeError("systemd-socket-activate is missing: `make test` installs "
+                               "Debian's systemd package")
+        (self.path,) = unit_values(os.path.join(unit_dir, SOCKET_UNIT), "ListenStream")
+        (exec_start,) = unit_values(os.path.join(unit_dir, SERVICE_UNIT), "ExecStart")
+        self.argv = [*shlex.split(exec_start), *extra_args]
+        self.env = env if env is not None else {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115 (closed in stop)
+        os.makedirs(os.path.dirname(self.path), mode=0o755, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            self.listener.bind(self.path)
+        finally:
+            os.umask(old)
+        self.listener.listen(128)
+        self.procs: list[subprocess.Popen] = []
+        self._stopping = threading.Event()
+        self._spawned = threading.Event()
+        self._thread = threading.Thread(target=self._supervise, name="socket-activation",
+                                        daemon=True)
+        self._thread.start()
+        self._spawned.wait(10)
+
+    def _spawn(self) -> subprocess.Popen:
+        # The socket as fd 3 and LISTEN_PID the activator's own pid (it execs
+        # in place): set up in a small Python, as dash cannot move fd >= 10.
+        setup = ("import os, sys; fd = int(sys.argv[1])\n"
+                 "if fd != 3: os.dup2(fd, 3); os.close(fd)\n"
+                 "os.environ.update(LISTEN_FDS='1', LISTEN_PID=str(os.getpid()))\n"
+                 "os.execvp(sys.argv[2], sys.argv[2:])")
+        fd = self.listener.fileno()
+        # It passes on only the variables named with -E (as a unit's Environment=).
+        keep = [f"--setenv={k}" for k in self.env if not k.startswith("LISTEN_")]
+        return subprocess.Popen([sys.executable, "-I", "-c", setup, str(fd),
+                                 "systemd-socket-activate", *keep, *self.argv], pass_fds=(fd,),
+                                stdin=subprocess.DEVNULL, stdout=self._log,
+                                stderr=subprocess.STDOUT, env=self.env,
+                                start_new_session=True)
+
+    def _supervise(self) -> None:
+        while not self._stopping.is_set():
+            proc = self._spawn()
+            self.procs.append(proc)
+            self._spawned.set()
+            while proc.poll() is None and not self._stopping.is_set():
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(0.1)
+            if proc.poll() is not None and proc.returncode != 0:
+                time.sleep(1)  # as RestartSec=1 after a failure
+
+    @property
+    def proc(self) -> subprocess.Popen:
+        """The current (last started) activator/worker process."""
+        return self.procs[-1]
+
+    def log(self, offset: int = 0) -> str:
+        with open(self.log_path, "rb") as fp:
+            fp.seek(offset)
+            return fp.read().decode("utf-8", "replace")
+
+    def stop(self) -> int | None:
+        """Stop as ``systemctl stop`` would: SIGTERM the current worker, wait
+        for its drain, SIGKILL what is left; close and remove the socket.
+        Returns the last worker's exit status (None: killed)."""
+        self._stopping.set()
+        self._thread.join(10)
+        status = None
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    status = proc.wait(20)
+            else:
+                status = proc.returncode
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            if proc.poll() is None:
+                proc.wait(10)
+        self.listener.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+        self._log.close()
+        return status

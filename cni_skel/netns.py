@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from pyroute2 import IPRoute
 
+from cni_skel.env import handed_netns_fd
 from cni_skel.errors import (
     ERR_INTERNAL,
     ERR_INVALID_NETNS,
@@ -141,6 +142,9 @@ class NetNS:
     def open(cls, path: str) -> NetNS:
         """Open and validate a network namespace file.
 
+        A path a launcher handed over as an fd (`cni_skel.env.hand_over_netns`)
+        is opened from that fd.
+
         Raises:
             NetNSNotFound: (code 3) the path does not exist (also for "").
             CNIError: code 8 (invalid netns) when the path exists but is not a
@@ -149,20 +153,12 @@ class NetNS:
                 (mnt, pid, ...); also when it can not be opened (EACCES, ...).
         """
         path = os.fspath(path)
+        handed = handed_netns_fd(path)
         try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            raise NetNSNotFound(path) from None
-        except OSError as e:
-            raise CNIError(
-                ERR_INVALID_NETNS,
-                f'failed to open netns "{path}": {_strerror(e)}',
-            ) from e
-        # nsfs inodes are S_IFREG; never open (or ioctl) FIFOs, devices, dirs.
-        if not stat.S_ISREG(st.st_mode):
-            raise _not_netns(path)
-        try:
-            fd = os.open(path, _OPEN_FLAGS)
+            if handed is not None:  # a launcher passed it: the path may not resolve here
+                fd = fcntl.fcntl(handed, fcntl.F_DUPFD_CLOEXEC, 3)
+            else:
+                fd = cls._open_path(path)
         except FileNotFoundError:
             raise NetNSNotFound(path) from None
         except OSError as e:
@@ -188,6 +184,15 @@ class NetNS:
             os.close(fd)
             raise
         return cls(path, fd)
+
+    @staticmethod
+    def _open_path(path: str) -> int:
+        """An fd on ``path`` when it is a regular file (nsfs inodes are):
+        FIFOs, devices and directories are never opened (or ioctl'd).
+        Raises OSError, or CNIError (code 8) for another kind of file."""
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise _not_netns(path)
+        return os.open(path, _OPEN_FLAGS)
 
     # -- basic handle -------------------------------------------------------
 

@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from .env import CmdArgs, parse_env, validate_network_name
+from .env import CmdArgs, handed_netns_fd, parse_env, validate_network_name
 from .errors import (
     ERR_DECODING_FAILURE,
     ERR_INCOMPATIBLE_CNI_VERSION,
@@ -129,6 +129,14 @@ class Plugin:
         overridden."""
 
     @classmethod
+    def node_state(cls) -> list[str]:
+        """What this plugin keeps on the node in its default places (files,
+        nftables tables), one line each, for ``cni-skel uninstall`` to
+        report: it stays for the pods still attached, and a DEL or GC of
+        theirs removes it. Nothing unless overridden."""
+        return []
+
+    @classmethod
     def about_text(cls) -> str:
         head = cls.about or f"CNI {cls.name} plugin (cni-skel)"
         return f"{head}\nCNI protocol versions supported: {', '.join(cls.supported_versions)}\n"
@@ -173,8 +181,9 @@ def version_answer(plugin: type[Plugin], stdin_data: bytes) -> bytes:
 
 
 def _same_netns_as_ours(path: str) -> bool:
+    handed = handed_netns_fd(path)
     try:
-        a = os.stat(path)
+        a = os.stat(path) if handed is None else os.fstat(handed)
         b = os.stat("/proc/self/ns/net")
     except OSError:
         return False

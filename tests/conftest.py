@@ -33,9 +33,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from cni_skel.harness import SocketActivation
 from cni_skel.warm import client as launcher
 from cni_skel.warm import protocol
-from cni_skel.warm.install import plugin_registry, write_executable
+from cni_skel.warm.install import plugin_registry, systemd_units, write_executable, write_units
 
 HERE = pathlib.Path(__file__).parent
 VECTORS = HERE / "vectors" / "go-reference-1.1.1"
@@ -104,13 +105,17 @@ def worker_command() -> list[str]:
 
 
 class SuiteWorker:
-    """A ``cni-skel worker`` subprocess in its own session (killpg reaches
-    its pre-forked children) serving on ``sock``; its log in ``log_path``
-    (one line per request, with the container ID)."""
+    """A ``cni-skel worker`` serving on ``sock``, its log in ``log_path``
+    (one line per request, with the container ID). ``activated``: started
+    the way the default install starts it, through the systemd units
+    ``cni-skel install`` writes (`cni_skel.harness.SocketActivation`: the
+    unit's own ExecStart, the socket as fd 3, on the first connection);
+    otherwise a plain subprocess in its own session (killpg reaches its
+    pre-forked children)."""
 
     def __init__(self, sock: str, log_path: str, timeout: float = 60.0,
                  preload: tuple[str, ...] = (), pythonpath: tuple[str, ...] = (),
-                 args: tuple[str, ...] = ()) -> None:
+                 args: tuple[str, ...] = (), activated: bool = False) -> None:
         self.sock, self.log_path = sock, log_path
         self._log_fp = open(log_path, "ab")  # noqa: SIM115 (closed in stop)
         env = {k: v for k, v in os.environ.items()
@@ -119,10 +124,18 @@ class SuiteWorker:
             env["PYTHONPATH"] = os.pathsep.join(
                 [*pythonpath, *filter(None, [os.environ.get("PYTHONPATH")])])
         extra = [arg for ref in preload for arg in ("--preload", ref)]
-        self.proc = subprocess.Popen([*worker_command(), "worker", "--socket", sock,
-                                      "--drain-timeout", "10", *extra, *args],
-                                     stdin=subprocess.DEVNULL, stdout=self._log_fp,
-                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.activation: SocketActivation | None = None
+        if activated:
+            units = os.path.join(os.path.dirname(log_path), "units")
+            write_units(units, systemd_units(sys.executable, sock, None))
+            self.activation = SocketActivation(units, log_path, env=env, extra_args=(
+                "--drain-timeout", "10", *extra, *args))
+        else:
+            self._proc = subprocess.Popen([*worker_command(), "worker", "--socket", sock,
+                                           "--drain-timeout", "10", *extra, *args],
+                                          stdin=subprocess.DEVNULL, stdout=self._log_fp,
+                                          stderr=subprocess.STDOUT, env=env,
+                                          start_new_session=True)
         deadline = time.monotonic() + timeout
         try:
             while True:
@@ -130,7 +143,7 @@ class SuiteWorker:
                 if ok:
                     self.description = why
                     break
-                if self.proc.poll() is not None:
+                if self.proc.poll() is not None and self.activation is None:
                     raise RuntimeError(f"cni-skel worker exited {self.proc.returncode}:\n"
                                        + self.log())
                 if time.monotonic() > deadline:
@@ -140,6 +153,10 @@ class SuiteWorker:
         except BaseException:
             self.stop()
             raise
+
+    @property
+    def proc(self) -> subprocess.Popen:
+        return self.activation.proc if self.activation is not None else self._proc
 
     def log(self, offset: int = 0) -> str:
         with open(self.log_path, "rb") as fp:
@@ -152,11 +169,11 @@ class SuiteWorker:
     def served(self, cid: str) -> list[str]:
         """Log lines of requests for container ``cid`` (one per call the
         worker answered, or declined as an unknown plugin)."""
-        return [ln for ln in self.log().splitlines() if f"]: {cid} " in ln]
+        return [ln for ln in self.log().splitlines() if f" cid={cid} " in ln]
 
     def requests(self) -> list[str]:
-        """Log lines of every call the worker ran to the end (``... exit N``)."""
-        return [ln for ln in self.log().splitlines() if " exit " in ln and ln.endswith(" ms")]
+        """Log lines of every call the worker ran to the end (``... exit=N``)."""
+        return [ln for ln in self.log().splitlines() if " exit=" in ln]
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -164,6 +181,10 @@ class SuiteWorker:
     def stop(self) -> int | None:
         """SIGTERM, wait for the drain, then SIGKILL whatever is left of its
         process group; returns the worker's exit status (None: killed)."""
+        if self.activation is not None:
+            status = self.activation.stop()
+            self._log_fp.close()
+            return status
         status = None
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -193,8 +214,10 @@ def cni_worker(request: pytest.FixtureRequest,
     log_path = str(tmp_path_factory.mktemp("cni-worker") / "worker.log")
     example = write_readme_example(tmp_path_factory.mktemp("readme-example"))
     try:
+        # Started as the default install starts it: socket-activated by its unit.
         worker = SuiteWorker(os.path.join(sock_dir, "worker.sock"), log_path,
-                             preload=SUITE_PLUGINS, pythonpath=(str(HERE), str(example.parent)))
+                             preload=SUITE_PLUGINS, pythonpath=(str(HERE), str(example.parent)),
+                             activated=True)
         try:
             yield worker
         finally:
@@ -204,8 +227,8 @@ def cni_worker(request: pytest.FixtureRequest,
             request.config.stash[_WORKER_STATS] = {
                 "served": len(served), "log": log_path, "status": status, "died": died,
                 "unusual": [ln for ln in worker.log().splitlines()
-                            if any(w in ln for w in ("answered code 999", "child failed",
-                                                     "idle child", "unknown plugin",
+                            if any(w in ln for w in ("code=999", "child failed", "idle child",
+                                                     "outcome=unknown-plugin", "outcome=crashed",
                                                      "launcher is gone", "left running"))]}
     finally:
         shutil.rmtree(sock_dir, ignore_errors=True)

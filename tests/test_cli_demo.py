@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -47,6 +48,20 @@ def test_demo_runs_the_main_job_and_cleans_up():
     assert "pod-a echoed 'hello from node'" in summary          # through portmap
     assert "demo passed" in out
     assert leftovers(proc.pid) == []
+    if DEMO_PLUGIN_DIR is None:  # ours, warm, as `cni-skel install` sets a node up
+        assert "warm, as `cni-skel install` sets a node up" in out, out
+        served = re.search(r"worker: (\d+) plugin calls served warm by 1 socket-activated",
+                           out)
+        assert served and int(served.group(1)) >= 20, out
+        assert not glob.glob("/tmp/cni-skel-demo-*/run/worker.sock")
+
+
+def test_demo_one_shot_runs_without_a_worker():
+    proc = subprocess.run([CLI, "demo", "--one-shot"], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "one-shot (a Python process per call)" in proc.stdout
+    assert "served warm" not in proc.stdout and "demo passed" in proc.stdout
 
 
 def _failing_plugin_dir(tmp_path, base):

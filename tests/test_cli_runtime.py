@@ -257,7 +257,8 @@ def test_validate_reports_unusable_plugins_and_bad_files(setup):
     assert proc.returncode == 1 and "code 7" in proc.stderr and str(bad) in proc.stderr
 
 
-COMMANDS = ["add", "check", "del", "gc", "status", "validate", "install", "new-plugin", "demo"]
+COMMANDS = ["add", "check", "del", "gc", "status", "validate", "install", "uninstall", "doctor",
+            "worker", "new-plugin", "demo"]
 
 
 @pytest.mark.parametrize("command", [None, *COMMANDS])

@@ -74,8 +74,9 @@ class Node:
         os.makedirs(self.conf_dir)
         # launchers on the mode's socket: the worker's in warm mode, nothing
         # listening in oneshot mode (the launchers' in-process fallback)
-        subprocess.run([CLI, "install", "--bin-dir", self.bin_dir, "--worker-socket",
-                        worker_socket], check=True, capture_output=True, timeout=60)
+        subprocess.run([CLI, "install", "--no-systemd", "--bin-dir", self.bin_dir,
+                        "--worker-socket", worker_socket], check=True, capture_output=True,
+                       timeout=60)
         with open(os.path.join(self.conf_dir, "10-e2e.conflist"), "w") as f:
             json.dump(conflist(d), f)
         self.mode = mode

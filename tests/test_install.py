@@ -13,6 +13,7 @@ import sys
 import click
 import pytest
 
+import cni_skel
 from cni_skel import errors
 from cni_skel.harness import run_plugin_raw
 from cni_skel.skel import version_answer
@@ -30,20 +31,24 @@ CLI = os.path.join(os.path.dirname(sys.executable), "cni-skel")
 
 
 def cli(*args):
+    if args[0] == "install" and "--systemd-dir" not in args:
+        args = (*args, "--no-systemd")  # never this machine's /etc/systemd/system
     return subprocess.run([CLI, *args], capture_output=True, text=True, check=False)
 
 
 def test_install_writes_isolated_executables(tmp_path, node_netns, pod_netns):
     proc = cli("install", "--bin-dir", str(tmp_path), "--launcher", "python")
     assert proc.returncode == 0, proc.stderr
-    assert "(python launcher)" in proc.stdout
+    assert "(python launcher, fallback oneshot)" in proc.stdout
     exe = tmp_path / "loopback"
     assert os.access(exe, os.X_OK)
-    first = exe.read_text().splitlines()[0]
+    lines = exe.read_text().splitlines()
     venv_bin = os.path.dirname(os.path.abspath(sys.executable))
-    # -IS: isolated, and no site (the launcher needs only the stdlib; its
+    # sh first (a missing interpreter still gets a spec Error), then -IS:
+    # isolated, and no site (the launcher needs only the stdlib; its
     # one-shot fallback loads site itself).
-    assert first.startswith(f"#!{venv_bin}/python") and first.endswith(" -IS"), first
+    assert lines[0] == "#!/bin/sh", lines[0]
+    assert f"exec {venv_bin}/python -IS \"$0\"" in lines[3], lines[3]
     # A runtime's environment must not change what the plugin imports: no
     # venv on PATH, a poisoned PYTHONPATH/PYTHONHOME, another cwd.
     hostile = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": str(tmp_path / "evil"),
@@ -178,13 +183,14 @@ def test_native_launcher_is_the_default_with_a_compiler(tmp_path, node_netns, po
     sock = str(tmp_path / "nobody.sock")
     proc = cli("install", "--bin-dir", str(tmp_path / "bin"), "--worker-socket", sock)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("(native launcher)") == 5, proc.stdout
+    assert proc.stdout.count("(native launcher, fallback oneshot)") == 5, proc.stdout
     exe = tmp_path / "bin" / "loopback"
     assert exe.read_bytes()[:4] == b"\x7fELF"
     info = launcher_info(str(exe))
     assert os.path.realpath(info.pop("python")) == os.path.realpath(sys.executable)
     assert info == {"kind": "native", "socket": sock, "pythonpath": "",
-                    "ref": "cni_skel_plugins.loopback:Loopback"}
+                    "ref": "cni_skel_plugins.loopback:Loopback", "fallback": "oneshot",
+                    "protocol": str(protocol.PROTOCOL_VERSION), "version": cni_skel.__version__}
     hostile = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": str(tmp_path / "evil"),
                "PYTHONHOME": "/nonexistent", "PYTHONWARNINGS": "error"}
     conf = {"cniVersion": "1.0.0", "name": "n", "type": "loopback"}
@@ -203,11 +209,12 @@ def test_launcher_kind_without_a_compiler(tmp_path):
     env = {**os.environ, "CC": "/nonexistent/cc"}
 
     def install(*args):
-        return subprocess.run([CLI, "install", "--bin-dir", str(tmp_path), *args, "loopback"],
+        return subprocess.run([CLI, "install", "--no-systemd", "--bin-dir", str(tmp_path), *args,
+                               "loopback"],
                               capture_output=True, text=True, env=env, check=False)
 
     auto = install()
-    assert auto.returncode == 0 and "(python launcher)" in auto.stdout, auto
+    assert auto.returncode == 0 and "(python launcher" in auto.stdout, auto
     native = install("--launcher", "native")
     assert native.returncode != 0 and "needs a C compiler" in native.stderr, native
     assert launcher_info(str(tmp_path / "loopback"))["kind"] == "python", "left as it was"
@@ -247,7 +254,10 @@ static const char *names[] = CSK_STATUS_NAMES;
 int main(void) {
     printf("%s\n%s\n%s\n%s\n%s\n", CSK_REQUEST_MAGIC, CSK_REPLY_MAGIC, CSK_KIND_RUN,
            CSK_SOCKET_ENV, CSK_REQUIRED_ENV);
-    printf("%s\n%s\n%s\n", CSK_HANDOVER_LAUNCH, CSK_HANDOVER_NOT_SERVED, CSK_HANDOVER_GONE);
+    printf("%s\n%s\n%s\n", CSK_HANDOVER_LAUNCH, CSK_HANDOVER_NOT_SERVED, CSK_FALLBACK_LOG);
+    printf("%d %d %d %d %d %d %d\n", CSK_ST_VERSION, CSK_PROTOCOL_VERSION, CSK_ERR_IO,
+           CSK_ERR_TRY_AGAIN_LATER, CSK_ERR_NOT_AVAILABLE, CSK_FALLBACK_LOG_MAX,
+           (int)sizeof CSK_REQUEST_MAGIC - 1);
     printf("%d %d %d %d %d %d %d %d %u %d\n", CSK_MAGIC_LEN, CSK_REQUEST_HEADER, CSK_ST_DONE,
            CSK_STATUS_COUNT, CSK_REPLY_STATUS_AT, CSK_REPLY_CODE_AT, CSK_REPLY_LENGTH_AT,
            CSK_REPLY_HEADER, CSK_MAX_STDIN, CSK_REPLY_TIMEOUT);
@@ -260,7 +270,10 @@ int main(void) {
     got = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
     p = protocol
     want = [p.REQUEST_MAGIC.decode(), p.REPLY_MAGIC.decode(), p.KIND_RUN.decode(), p.SOCKET_ENV,
-            p.REQUIRED_ENV, p.HANDOVER_LAUNCH, p.HANDOVER_NOT_SERVED, p.HANDOVER_GONE,
+            p.REQUIRED_ENV, p.HANDOVER_LAUNCH, p.HANDOVER_NOT_SERVED, p.FALLBACK_LOG,
+            " ".join(str(v) for v in (p.ST_VERSION, p.PROTOCOL_VERSION, p.ERR_IO,
+                                      p.ERR_TRY_AGAIN_LATER, p.ERR_NOT_AVAILABLE,
+                                      p.FALLBACK_LOG_MAX, len(p.REQUEST_MAGIC))),
             " ".join(str(v) for v in (
                 len(p.REQUEST_MAGIC), p.REQUEST_HEADER, p.ST_DONE, len(p.STATUS_NAMES),
                 p.REPLY_STATUS_AT, p.REPLY_CODE_AT, p.REPLY_LENGTH_AT, p.REPLY_HEADER,
@@ -272,12 +285,13 @@ int main(void) {
         code = _code_of(fp.read())
     strings = [p.REQUEST_MAGIC.decode(), p.REPLY_MAGIC.decode(), p.KIND_RUN.decode(),
                p.SOCKET_ENV, p.REQUIRED_ENV, p.HANDOVER_LAUNCH, p.HANDOVER_NOT_SERVED,
-               p.HANDOVER_GONE, *p.STATUS_NAMES]
+               p.FALLBACK_LOG, *p.STATUS_NAMES]
     literals = re.findall(r'"((?:[^"\\]|\\.)*)"', code)
     # (a word as short as "run" counts only as a whole literal: "cannot run %s" is prose)
     copied = [s for s in strings if s in literals or (len(s) > 3 and any(
         re.search(rf"(?<![\w-]){re.escape(s)}(?![\w-])", lit) for lit in literals))]
-    numbers = [p.MAX_STDIN_BYTES, p.MAX_REQUEST_BYTES, p.REPLY_TIMEOUT, p.REPLY_HEADER]
+    numbers = [p.MAX_STDIN_BYTES, p.MAX_REQUEST_BYTES, p.REPLY_TIMEOUT, p.REPLY_HEADER,
+               p.FALLBACK_LOG_MAX, p.ERR_NOT_AVAILABLE]
     copied += [n for n in numbers if re.search(rf"\b{n}\b", code)]
     assert not copied, f"launcher.c has its own copy of {copied}"
 
@@ -319,10 +333,15 @@ def test_launcher_info_reads_the_trailer_and_caches_by_inode_and_mtime(tmp_path,
 
 def test_protocol_values_agree_with_the_rest_of_the_sdk():
     assert protocol.ERR_TRY_AGAIN_LATER == errors.ERR_TRY_AGAIN_LATER
+    assert protocol.ERR_IO == errors.ERR_IO_FAILURE
+    assert protocol.ERR_NOT_AVAILABLE == errors.ERR_PLUGIN_NOT_AVAILABLE
     assert warm_install.DEFAULT_WORKER_SOCKET == protocol.DEFAULT_SOCKET
     assert protocol.decode_reply_header(protocol.encode_reply(protocol.ST_REFUSED, 7, b"xy")) \
         == (protocol.ST_REFUSED, 7, 2)
     frame = protocol.encode_request([b"a", b"", b"bc"])
-    assert protocol.request_length(frame[:protocol.REQUEST_HEADER]) \
-        == len(frame) - protocol.REQUEST_HEADER
+    assert protocol.request_header(frame[:protocol.REQUEST_HEADER]) \
+        == (protocol.PROTOCOL_VERSION, len(frame) - protocol.REQUEST_HEADER)
+    old = protocol.encode_request([b"a"], version=1)
+    assert old[:4] == b"CSKQ" and protocol.request_header(old[:8]) == (1, len(old) - 8)
+    assert protocol.request_header(protocol.encode_request([b"a"], version=3)[:8])[0] == 3
     assert protocol.decode_fields(frame[protocol.REQUEST_HEADER:]) == [b"a", b"", b"bc"]

@@ -62,7 +62,7 @@ class Worker:
             return fp.read()
 
     def served(self, cid: str) -> list[str]:
-        return [ln for ln in self.log().splitlines() if f"]: {cid} " in ln]
+        return [ln for ln in self.log().splitlines() if f" cid={cid} " in ln]
 
     def kill_group(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -223,7 +223,7 @@ def test_loopback_same_in_both_modes(worker, wbin, obin, netns_factory):
     assert results["warm"] == results["oneshot"]
     assert results["warm"][4]["code"] == 8
     served = worker.served("lo-warm")
-    assert len(served) == 4 and all("Loopback" in ln for ln in served), worker.log()
+    assert len(served) == 4 and all("plugin=loopback" in ln for ln in served), worker.log()
     assert not worker.served("lo-oneshot")
 
 
@@ -257,8 +257,8 @@ def test_bridge_host_local_same_in_both_modes(worker, wbin, obin, netns_factory,
     assert results["warm"][0]["ips"][0]["address"] == "10.77.0.2/24"
     served = worker.served("br-warm")
     # bridge ADD/CHECK/DEL, and its delegated host-local ADD/CHECK/DEL, all warm
-    assert sum("Bridge" in ln for ln in served) == 3, worker.log()
-    assert sum("HostLocal" in ln for ln in served) == 3, worker.log()
+    assert sum("plugin=bridge " in ln for ln in served) == 3, worker.log()
+    assert sum("plugin=host-local " in ln for ln in served) == 3, worker.log()
 
 
 GO_CNI = "/usr/lib/cni"
@@ -287,8 +287,9 @@ def test_bridge_runs_its_host_local_in_the_same_child(worker, wbin, wdir, netns_
         run_plugin(exe, "DEL", {**conf, "prevResult": add}, **kw)
         assert not (tmp_path / "ipam" / "dlnet" / f"10.78.0.{i + 2}").exists()
         served = worker.served(cid)
-        here = [ln for ln in served if "HostLocal" in ln and "(delegated, in-process)" in ln]
-        assert sum("Bridge exit 0" in ln for ln in served) == 2, served
+        here = [ln for ln in served if "plugin=host-local " in ln
+                and 'launcher="delegated in-process"' in ln]
+        assert sum("plugin=bridge " in ln and " exit=0 " in ln for ln in served) == 2, served
         assert len(here) == (2 if in_process else 0), served
     # A delegate's error comes back as from an exec'd one: code, msg, details.
     full = {**conf, "ipam": {**conf["ipam"], "ranges": [[{"subnet": "10.78.1.0/30"}]]}}
@@ -367,6 +368,10 @@ def test_child_runs_in_the_launchers_context(worker, wbin, obin, netns_factory, 
         # locale into its environ (LC_CTYPE=C.UTF-8); the native launcher
         # sends the runtime's environment as it is.
         env.pop("LC_CTYPE", None)
+    # Scripts (one-shot, Python launchers) start through sh (a missing
+    # interpreter still gets a spec Error), which exports PWD.
+    for env in (warm["env"], cold["env"]):
+        env.pop("PWD", None)
     assert warm["env"] == cold["env"]
     assert warm["env"]["CNSK_EXTRA"] == "x y"
     assert worker.served("ctx-warm") and not worker.served("ctx-oneshot")
@@ -383,7 +388,7 @@ def test_unknown_plugin_falls_back_to_one_shot(worker, wdir, netns_factory):
     assert runs[0].exit_code == runs[1].exit_code != 0
     assert runs[0].stdout == runs[1].stdout
     assert "No module named 'worker_plugins.nope'" in runs[0].stderr  # the launcher's own try
-    assert any("unknown plugin" in ln for ln in worker.served("nope1")), worker.log()
+    assert any("outcome=unknown-plugin" in ln for ln in worker.served("nope1")), worker.log()
     assert "cannot load plugin" not in worker.log()
 
 
@@ -463,7 +468,8 @@ def test_crashing_child_answers_11(worker, wbin, node_netns, pod_netns, mode):
     assert run.doc["code"] == 11 and run.doc["cniVersion"] == "1.1.0", run.doc
     expect = "killed by signal 11 (SIGSEGV)" if mode == "segv" else "exited with status 0"
     assert expect in run.doc["msg"]
-    assert any("answered code 11" in ln for ln in worker.served(f"crash-{mode}"))
+    assert any("outcome=crashed" in ln and " code=11 " in ln
+               for ln in worker.served(f"crash-{mode}"))
     # The worker still serves.
     assert launcher.ping(worker.sock)[0]
 
@@ -602,12 +608,12 @@ def test_caller_with_capabilities_the_worker_lacks_runs_one_shot(sock, wdir, wbi
         result = run_plugin(exe, "ADD", lo_conf(), container_id="capsmore1", **kw)
         assert result["interfaces"][0]["name"] == "lo"
         (line,) = w.served("capsmore1")
-        assert "refused, the caller holds capabilities this worker lacks" in line, line
-        assert "the launcher runs it one-shot" in line
+        assert "outcome=refused" in line and "this worker lacks CAP_NET_ADMIN" in line, line
+        assert "the launcher falls back" in line
         run = run_plugin_raw(exe, "DEL", lo_conf(), container_id="capsmore2",
                              env={protocol.REQUIRED_ENV: "1"}, **kw)
         assert run.exit_code == 1 and run.doc["code"] == 11, run
-        assert "refused: the caller holds capabilities" in run.doc["details"]
+        assert "refused: this worker lacks CAP_NET_ADMIN" in run.doc["details"]
     finally:
         w.stop()
 
@@ -632,7 +638,7 @@ def test_worker_required_answers_11_instead_of_one_shot(worker, wbin, wdir, netn
     def refused(run, why):
         assert run.exit_code == 1, run
         assert run.doc["code"] == 11 and run.doc["cniVersion"] == "1.0.0", run.doc
-        assert "worker required" in run.doc["msg"] and why in run.doc["details"], run.doc
+        assert "cni-skel worker" in run.doc["msg"] and why in run.doc["details"], run.doc
         assert protocol.REQUIRED_ENV in run.doc["details"]
         assert not _lo_is_up(pod.path), "the plugin ran although the worker did not serve"
 
@@ -685,7 +691,7 @@ def test_cni_bin_is_served_as_its_mode_says(cni_bin, cni_mode, cni_worker_socket
         assert worker.sock == cni_worker_socket and launcher.ping(cni_worker_socket)[0]
         served = worker.served(cid)
         assert len(served) == 2, worker.log()
-        assert all("cni_skel_plugins.loopback:Loopback exit 0 " in ln for ln in served), served
+        assert all("plugin=loopback " in ln and " exit=0 " in ln for ln in served), served
     else:
         assert protocol.REQUIRED_ENV not in os.environ
         assert not os.path.exists(cni_worker_socket), "nothing may listen in oneshot mode"

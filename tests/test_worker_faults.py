@@ -282,7 +282,7 @@ def test_churn_while_worker_children_are_killed(fault_worker: Any, tmp_path: Any
     assert not address_files, f"host-local leaked {address_files[:20]}; {summary}"
     assert not veths, f"veths left in the node namespace: {veths[:20]}; {summary}"
     assert not elements, f"nftables elements left: {elements[:20]}; {summary}"
-    assert alive and pong[0] and f" pid {fault_worker.proc.pid} " in pong[1], \
+    assert alive and pong[0] and json.loads(pong[1])["pid"] == fault_worker.proc.pid, \
         f"the worker is not the same process answering ping ({pong}); {summary}"
 
 

@@ -99,7 +99,7 @@ def raw_request(sock_path: str, frame: bytes, fds=(), timeout: float = 30):
 def run_frame(ref: str, env: dict[str, str], stdin: bytes, pythonpath: str = "") -> bytes:
     return protocol.encode_request([
         b"run", ref.encode(), pythonpath.encode(), b"/", b"18",
-        b"\0".join(f"{k}={v}".encode() for k, v in env.items()), stdin])
+        b"\0".join(f"{k}={v}".encode() for k, v in env.items()), stdin, b"test frame"])
 
 
 def context_fds():
@@ -129,7 +129,7 @@ def test_long_container_id_is_served_and_keeps_the_worker(worker, wbin, netns_fa
     run_plugin(os.path.join(wbin, "loopback"), "DEL", lo_conf(), **kw)
     assert not lo_is_up(pod.path)
     assert_serving(worker, pid)
-    assert any(" exit 0 " in ln for ln in worker.served(cid[:256])), worker.log()[-2000:]
+    assert any(" exit=0 " in ln for ln in worker.served(cid[:256])), worker.log()[-2000:]
 
 
 def test_oversized_frame_is_answered_error_5_unread(worker):
@@ -355,7 +355,8 @@ def test_capless_caller_cannot_make_the_worker_import(worker, wdir):
         "fds = [os.open('/proc/self/ns/net', os.O_RDONLY), "
         "os.open('/proc/self/ns/mnt', os.O_RDONLY), 2]\n"
         "frame = P.encode_request([b'run', b'evilmod:Evil', sys.argv[2].encode(), b'/', b'18',"
-        " b'CNI_COMMAND=ADD\\0CNI_CONTAINERID=evil2', b'{\"cniVersion\": \"1.1.0\"}'])\n"
+        " b'CNI_COMMAND=ADD\\0CNI_CONTAINERID=evil2', b'{\"cniVersion\": \"1.1.0\"}',"
+        " b'test frame'])\n"
         "s = L.connect(sys.argv[1], 30)\n"
         "L.send_request(s, frame, fds)\n"
         "st, code, out = L.read_reply(s)\n"

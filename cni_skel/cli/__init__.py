@@ -3,8 +3,10 @@
 * `cni_skel.cli.runtime_cmds`: ``add``, ``check``, ``del``, ``gc``,
   ``status`` (cnitool's commands and environment, through
   `cni_skel.runtime`) and ``validate``;
-* `cni_skel.cli.install_cmds`: ``install`` (plugin executables into a CNI
-  bin dir), ``worker`` (warm mode) and ``new-plugin`` (a plugin project);
+* `cni_skel.cli.install_cmds`: ``install``/``uninstall`` (plugin
+  executables into a CNI bin dir, the worker's systemd units), ``doctor``
+  (how a node's plugins run), ``worker`` (warm mode) and ``new-plugin`` (a
+  plugin project);
 * `cni_skel.cli.demo_cmd`: ``demo`` (`cni_skel.demo`: a pod network in
   throw-away namespaces);
 * `cni_skel.cli.errors`: how failures are shown (`CNICommandError`).
@@ -20,7 +22,7 @@ from ..runtime import describe_error
 from ..warm.install import plugin_registry, write_executable
 from .demo_cmd import demo
 from .errors import CNICommandError
-from .install_cmds import install, new_plugin, worker
+from .install_cmds import doctor, install, new_plugin, uninstall, worker
 from .runtime_cmds import add, check, del_, gc, status, validate
 
 __all__ = ["CNICommandError", "describe_error", "main", "plugin_registry", "write_executable"]
@@ -28,7 +30,8 @@ __all__ = ["CNICommandError", "describe_error", "main", "plugin_registry", "writ
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
              epilog="\b\nExamples:\n"
-                    "  cni-skel install --bin-dir /opt/cni/bin\n"
+                    "  cni-skel install                 # launchers + socket-activated worker\n"
+                    "  cni-skel doctor                  # how this node's plugins run\n"
                     "  NETCONFPATH=/etc/cni/net.d CNI_PATH=/opt/cni/bin "
                     "cni-skel add mynet /run/netns/pod1\n"
                     "  cni-skel demo\n\n"
@@ -42,5 +45,6 @@ def main() -> None:
     scaffolding, and a demo of a pod network in throw-away namespaces."""
 
 
-for _command in (install, worker, new_plugin, add, check, del_, gc, status, validate, demo):
+for _command in (install, uninstall, doctor, worker, new_plugin, add, check, del_, gc, status,
+                 validate, demo):
     main.add_command(_command)

@@ -31,13 +31,17 @@ EXIT_INTERRUPTED = 130
 @click.option("--cni-version", default="auto", show_default=True, metavar="VERSION|auto",
               help="cniVersion of the demo's configs; auto: the highest that every plugin "
                    "supports (asked with VERSION).")
+@click.option("--one-shot", is_flag=True,
+              help="Run our plugins one Python process per call (the fallback), not warm.")
 @click.option("-v", "--verbose", is_flag=True, help="Log each plugin execution.")
-def demo(plugin_dir: str | None, cni_version: str, verbose: bool) -> None:
+def demo(plugin_dir: str | None, cni_version: str, one_shot: bool, verbose: bool) -> None:
     """Run a real pod network in throw-away network namespaces: the project's
     main job, end to end, through the cni-skel runtime.
 
     A "node" namespace and two "pod" namespaces are created; our plugins are
-    installed into a temporary bin dir; a conflist (bridge with host-local
+    installed into a temporary bin dir the way `cni-skel install` sets up a
+    node (launchers and a socket-activated worker; --one-shot: plain
+    scripts); a conflist (bridge with host-local
     IPAM on 10.99.0.0/24, tuning, portmap) and a single-plugin loopback
     network are written to a temporary config dir. Both pods are ADDed (the
     plugins run inside the node namespace), the results are shown, pod-a
@@ -54,7 +58,7 @@ def demo(plugin_dir: str | None, cni_version: str, verbose: bool) -> None:
 
     signal.signal(signal.SIGTERM, on_term)
     try:
-        ok = run_demo(plugin_dir, cni_version, verbose)
+        ok = run_demo(plugin_dir, cni_version, verbose, mode="oneshot" if one_shot else "warm")
     except KeyboardInterrupt:
         # Whatever was cut short (a netlink request, say) may complain while
         # being garbage-collected at exit; the user asked to stop, not for that.

@@ -11,63 +11,196 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import click
 
 from ..plugin_template import names_for, render
 from ..warm import server
+from ..warm.doctor import diagnose
 from ..warm.install import (
+    DEFAULT_SYSTEMD_DIR,
     DEFAULT_WORKER_SOCKET,
     LAUNCHERS,
+    SERVICE_UNIT,
+    SOCKET_UNIT,
     InstallError,
     launcher_info,
+    node_state,
     plugin_registry,
+    remove_executable,
+    systemctl,
+    systemd_running,
+    systemd_units,
     write_executable,
+    write_units,
 )
+from ..warm.metrics import parse_address
+from ..warm.protocol import FALLBACK_ONESHOT, FALLBACKS
 
-__all__ = ["install", "new_plugin", "worker"]
+__all__ = ["DEFAULT_BIN_DIR", "doctor", "install", "new_plugin", "uninstall", "worker"]
+
+#: Where runtimes look for plugins by default (containerd, CRI-O, podman).
+DEFAULT_BIN_DIR = "/opt/cni/bin"
+
+
+def _bin_dir_option(text: str) -> Any:
+    return click.option("--bin-dir", default=DEFAULT_BIN_DIR, show_default=True,
+                        type=click.Path(file_okay=False), help=text)
+
+
+def _systemd_dir_option(text: str) -> Any:
+    return click.option("--systemd-dir", default=DEFAULT_SYSTEMD_DIR, show_default=True,
+                        type=click.Path(file_okay=False), help=text)
 
 
 @click.command(epilog="\b\nExamples:\n"
-               "  cni-skel install --bin-dir /opt/cni/bin              # all registered plugins\n"
-               "  cni-skel install --bin-dir /opt/cni/bin loopback host-local")
-@click.option("--bin-dir", required=True, type=click.Path(file_okay=False),
-              help="CNI bin dir the runtime searches (e.g. /opt/cni/bin).")
+               "  cni-skel install                        # all plugins, warm, systemd units\n"
+               "  cni-skel install --fallback none        # code 11 when the worker is down\n"
+               "  cni-skel install --no-systemd --bin-dir /tmp/bin loopback host-local\n"
+               "  cni-skel install --one-shot             # no worker: Python each call")
+@_bin_dir_option("CNI bin dir the runtime searches.")
 @click.option("--python", "python", default=None,
-              help="Interpreter for the plugins (default: the one running cni-skel).")
+              help="Interpreter for the plugins and the worker (default: the one running "
+                   "cni-skel).")
 @click.option("--force", is_flag=True, help="Replace files not written by cni-skel.")
 @click.option("--worker-socket", default=DEFAULT_WORKER_SOCKET, show_default=True,
-              metavar="PATH", help="Socket of `cni-skel worker` the launchers try first.")
+              metavar="PATH", help="Socket of `cni-skel worker` the launchers use.")
+@click.option("--fallback", type=click.Choice(FALLBACKS), default=FALLBACK_ONESHOT,
+              show_default=True,
+              help="When the worker cannot serve a call: oneshot runs the plugin in the "
+                   "launcher's process (~10x slower) with a warning naming the socket; none "
+                   "answers spec error 11 (try again later; STATUS: 50), and a native launcher "
+                   "then never runs Python.")
+@click.option("--systemd/--no-systemd", "systemd", default=True, show_default=True,
+              help="Write the worker's socket-activated units and enable the socket when "
+                   "systemd runs (else print the command).")
+@_systemd_dir_option("Where the units go.")
+@click.option("--idle-exit", type=click.FloatRange(0), default=600.0, show_default=True,
+              metavar="SECONDS", help="The socket-activated worker exits after this long "
+                                      "without a request (0: never).")
 @click.option("--one-shot", is_flag=True,
-              help="Write plain one-shot scripts instead of worker launchers.")
+              help="Write plain one-shot scripts instead of worker launchers (no units).")
 @click.option("--launcher", type=click.Choice(LAUNCHERS), default="auto", show_default=True,
-              help="native: compiled (needs cc; ~0.3 ms a call); python: an -IS script "
+              help="native: compiled (needs cc; ~0.3 ms a call); python: a script "
                    "(~9 ms); auto: native when it compiles, else python.")
 @click.argument("names", nargs=-1)
-def install(bin_dir: str, python: str | None, force: bool, worker_socket: str, one_shot: bool,
-            launcher: str, names: tuple[str, ...]) -> None:
-    """Write plugin executables NAMES (default: all registered) into BIN_DIR.
+def install(bin_dir: str, python: str | None, force: bool, worker_socket: str, fallback: str,
+            systemd: bool, systemd_dir: str, idle_exit: float, one_shot: bool, launcher: str,
+            names: tuple[str, ...]) -> None:
+    """Write plugin executables NAMES (default: all registered) into BIN_DIR,
+    and the worker's systemd units.
 
-    Each is a small launcher: it hands every call to `cni-skel worker` on
-    --worker-socket, answers VERSION itself, and runs the plugin in-process
-    with this Python (absolute path, isolated mode) when no worker answers
-    (--one-shot: plain in-process scripts). Files not written by cni-skel
-    are left alone unless --force."""
+    Each executable is a launcher: it hands every call to `cni-skel worker`
+    on --worker-socket and answers VERSION itself. The units make systemd
+    listen on that socket from boot and start the worker on the first call
+    (socket activation); it exits after --idle-exit seconds idle. When the
+    worker cannot serve a call the launcher does what --fallback says.
+    --one-shot writes plain scripts instead (Python each call, no worker,
+    no units). Files not written by cni-skel are left alone unless --force."""
     registry = plugin_registry()
     chosen = list(names) or sorted(registry)
     unknown = [n for n in chosen if n not in registry]
     if unknown:
         raise click.ClickException(
             f"unknown plugin(s) {', '.join(unknown)}; available: {', '.join(sorted(registry))}")
+    interpreter = os.path.abspath(python or sys.executable)
     for name in chosen:
         try:
-            path = write_executable(bin_dir, name, registry[name], python=python, force=force,
+            path = write_executable(bin_dir, name, registry[name], python=interpreter,
+                                    force=force,
                                     worker_socket=None if one_shot else worker_socket,
-                                    launcher=launcher)
+                                    launcher=launcher, fallback=fallback)
         except InstallError as exc:
             raise click.ClickException(str(exc)) from None
         info = launcher_info(path)
-        click.echo(f"installed {path} ({info['kind'] + ' launcher' if info else 'one-shot'})")
+        kind = f"{info['kind']} launcher, fallback {info['fallback']}" if info else "one-shot"
+        click.echo(f"installed {path} ({kind})")
+    if one_shot or not systemd:
+        return
+    try:
+        units = systemd_units(interpreter, os.path.abspath(worker_socket), idle_exit or None)
+        paths = write_units(systemd_dir, units, force=force)
+    except InstallError as exc:
+        raise click.ClickException(str(exc)) from None
+    for path in paths:
+        click.echo(f"installed {path}")
+    enable = ("systemctl daemon-reload && systemctl enable --now " + SOCKET_UNIT
+              + " && systemctl try-restart " + SERVICE_UNIT)
+    if not systemd_running(systemd_dir):
+        where = ("systemd is not running here" if not systemd_running()
+                 else f"systemd does not read units from {systemd_dir}")
+        click.echo(f"{where}: enable the socket with `{enable}` where it does")
+        return
+    for args in (("daemon-reload",), ("enable", "--now", SOCKET_UNIT),
+                 ("try-restart", SERVICE_UNIT)):
+        ok, text = systemctl(*args)
+        if not ok:
+            raise click.ClickException(f"systemctl {' '.join(args)} failed: {text}")
+    click.echo(f"enabled {SOCKET_UNIT}: the first plugin call starts the worker")
+
+
+@click.command(epilog="\b\nExamples:\n"
+               "  cni-skel uninstall                      # launchers and units\n"
+               "  cni-skel uninstall --bin-dir /tmp/bin --no-systemd loopback")
+@_bin_dir_option("CNI bin dir to remove launchers from.")
+@click.option("--systemd/--no-systemd", "systemd", default=True, show_default=True,
+              help="Also stop, disable and remove the worker's units.")
+@_systemd_dir_option("Where the units are.")
+@click.argument("names", nargs=-1)
+def uninstall(bin_dir: str, systemd: bool, systemd_dir: str, names: tuple[str, ...]) -> None:
+    """Remove the executables cni-skel wrote for NAMES (default: all
+    registered) from BIN_DIR, and the worker's units; files of other
+    programs are left alone. Says what state stays on the node: the
+    plugins' files and nftables tables of pods still attached (their DEL or
+    a GC removes them)."""
+    registry = plugin_registry()
+    chosen = list(names) or sorted(registry)
+    if systemd:
+        present = [u for u in (SOCKET_UNIT, SERVICE_UNIT)
+                   if os.path.lexists(os.path.join(systemd_dir, u))]
+        if present and systemd_running(systemd_dir):
+            systemctl("disable", "--now", SOCKET_UNIT, SERVICE_UNIT)
+        for unit in present:
+            removed = remove_executable(systemd_dir, unit)
+            click.echo(f"removed {removed}" if removed else
+                       f"left {os.path.join(systemd_dir, unit)}: not written by cni-skel")
+        if present and systemd_running(systemd_dir):
+            systemctl("daemon-reload")
+    for name in chosen:
+        removed = remove_executable(bin_dir, name)
+        if removed:
+            click.echo(f"removed {removed}")
+        elif os.path.lexists(os.path.join(bin_dir, name)):
+            click.echo(f"left {os.path.join(bin_dir, name)}: not written by cni-skel")
+    state = node_state([registry[n] for n in chosen if n in registry])
+    if state:
+        click.echo("state left on this node (removed by the pods' DEL or a GC):")
+        for line in state:
+            click.echo(f"  {line}")
+
+
+@click.command(epilog="\b\nExamples:\n"
+               "  cni-skel doctor\n"
+               "  cni-skel doctor --bin-dir /tmp/bin loopback")
+@_bin_dir_option("CNI bin dir the runtime searches.")
+@_systemd_dir_option("Where the worker's units are.")
+@click.argument("names", nargs=-1)
+def doctor(bin_dir: str, systemd_dir: str, names: tuple[str, ...]) -> None:
+    """Say how this node's plugins NAMES (default: all registered) run: mode
+    (warm via systemd, warm in a DaemonSet, one-shot), the launchers (kind,
+    fallback, versions, socket), the worker behind the socket (version,
+    uptime, protocols) and the one-shot fallbacks launchers logged. Exits 1
+    when something needs a fix (each listed with what to do)."""
+    found = diagnose(bin_dir, list(names) or sorted(plugin_registry()), systemd_dir)
+    for line in found.lines:
+        click.echo(line)
+    if found.problems:
+        click.echo("problems:")
+        for problem in found.problems:
+            click.echo(f"  - {problem}")
+        sys.exit(1)
+    click.echo("ok")
 
 
 @click.command(epilog="\b\nExamples:\n"
@@ -89,9 +222,22 @@ def install(bin_dir: str, python: str | None, force: bool, worker_socket: str, o
 @click.option("--run-timeout", type=click.FloatRange(1), default=600.0, show_default=True,
               metavar="SECONDS", help="Time a request may run before its child is killed "
                                       "(answered code 11).")
+@click.option("--idle-exit", type=click.FloatRange(0, min_open=True), default=None,
+              metavar="SECONDS", help="Exit after this long without a request (with systemd "
+                                      "socket activation the next call starts it again).")
+@click.option("--mount-namespace", type=click.Choice(server.MOUNT_NAMESPACES), default="caller",
+              show_default=True, help="caller: enter each launcher's mount namespace (a worker "
+                                      "on the host); own: stay in the worker's (a container) "
+                                      "and enter pods by the netns fd launchers pass.")
+@click.option("--log-file", type=click.Path(dir_okay=False), default=None,
+              help="Also append the log lines (one per request) to this file.")
+@click.option("--metrics-address", default=None, metavar="HOST:PORT",
+              help="Serve Prometheus metrics on http://HOST:PORT/metrics (e.g. "
+                   "127.0.0.1:9743).")
 def worker(socket_path: str, check: bool, preload: tuple[str, ...],
            drain_timeout: float, spares: int, request_timeout: float,
-           run_timeout: float) -> None:
+           run_timeout: float, idle_exit: float | None, mount_namespace: str,
+           log_file: str | None, metrics_address: str | None) -> None:
     """Serve plugin calls from the installed launchers (warm worker mode).
 
     Imports every registered plugin (and pyroute2, pydantic) once and keeps
@@ -104,11 +250,22 @@ def worker(socket_path: str, check: bool, preload: tuple[str, ...],
         ok, text = server.check(socket_path)
         click.echo(f"{socket_path}: {'ok' if ok else 'not answering'}: {text}")
         sys.exit(0 if ok else 1)
+    if metrics_address:
+        try:
+            parse_address(metrics_address)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--metrics-address") from None
     if os.geteuid() != 0:
         raise click.ClickException("the worker enters other namespaces: run it as root")
     refs = sorted(set(plugin_registry().values())) + list(preload)
-    sys.exit(server.serve(socket_path, refs, drain_timeout=drain_timeout, spares=spares,
-                          request_timeout=request_timeout, run_timeout=run_timeout))
+    try:
+        sys.exit(server.serve(socket_path, refs, drain_timeout=drain_timeout, spares=spares,
+                              request_timeout=request_timeout, run_timeout=run_timeout,
+                              idle_exit=idle_exit, mount_namespace=mount_namespace,
+                              log_file=log_file, metrics_address=metrics_address))
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve on {socket_path} or {metrics_address}: "
+                                   f"{exc}") from None
 
 
 @click.command("new-plugin", epilog="\b\nExample:\n"

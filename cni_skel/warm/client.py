@@ -18,14 +18,18 @@ and ``json`` would cost 8-13 ms each on every call.
   request with this process's netns, mount ns and stderr as fds (SCM_RIGHTS)
   and relays the answer: stdout, exit code.
 * No worker (no socket, connection refused), or an answer meaning "not run"
-  (unknown plugin, refused, bad request): the plugin runs in this process
-  exactly as a one-shot executable does (``run_plugin_main``) -- unless
-  ``CNI_SKEL_WORKER_REQUIRED`` is set (not empty, not ``0``): then nothing
-  runs here and the answer is spec error 11 saying why the worker could not
-  serve (for tests and checks that must know the worker served every call;
-  VERSION and the about text, asked without CNI_COMMAND, stay local).
+  (unknown plugin, refused, bad request): by the fallback chosen at install
+  (``cni-skel install --fallback``), the plugin runs in this process exactly
+  as a one-shot executable does (``run_plugin_main``), after a warning on
+  stderr naming the socket and a line in the socket directory's fallback log
+  (``oneshot``); or nothing runs here and the answer is spec error 11 (STATUS:
+  50) saying why the worker could not serve (``none``, or
+  ``CNI_SKEL_WORKER_REQUIRED`` set: not empty, not ``0``; VERSION and the
+  about text stay local).
 * The worker went away after taking the request (EOF, timeout): spec error
   11 (try again later) on stdout, exit 1; we never guess whether it ran.
+* The worker does not speak this launcher's protocol version: spec error 11
+  naming both.
 
 The wire format, limits and environment names are `cni_skel.warm.protocol`'s;
 the Python launcher loads that module's bytecode the same way, first, and
@@ -40,13 +44,20 @@ import sys
 
 from .protocol import (
     DEFAULT_SOCKET,
+    ERR_IO,
+    ERR_NOT_AVAILABLE,
     ERR_TRY_AGAIN_LATER,
+    FALLBACK_LOG,
+    FALLBACK_LOG_MAX,
+    FALLBACK_NONE,
+    FALLBACK_ONESHOT,
     HANDOVER_GONE,
     HANDOVER_LAUNCH,
     HANDOVER_NOT_SERVED,
     KIND_PING,
     KIND_RUN,
     MAX_STDIN_BYTES,
+    PROTOCOL_VERSION,
     REPLY_HEADER,
     REPLY_TIMEOUT,
     REQUIRED_ENV,
@@ -54,6 +65,7 @@ from .protocol import (
     ST_DONE,
     ST_PONG,
     ST_REFUSED,
+    ST_VERSION,
     decode_reply_header,
     encode_request,
     status_name,
@@ -340,6 +352,9 @@ def _write_stdout(data):
 
 
 def _context_fds():
+    """[netns, mntns, stderr] of this process, and the pod's network
+    namespace when CNI_NETNS names a regular file (nsfs inodes are; a FIFO
+    or a device is never opened here)."""
     fds = [os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC),
            os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)]
     try:
@@ -347,10 +362,22 @@ def _context_fds():
         fds.append(2)
     except OSError:  # no stderr: give the plugin /dev/null, as it would have
         fds.append(os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC))
+    pod = os.environ.get("CNI_NETNS", "")
+    try:
+        if pod and os.stat(pod).st_mode & 0o170000 == 0o100000:
+            fds.append(os.open(pod, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK))
+    except OSError:
+        pass
     return fds
 
 
-def _run_request(sock, ref, pythonpath, data):
+def _close_context_fds(fds):
+    for i, fd in enumerate(fds):
+        if i != 2 or fd != 2:
+            os.close(fd)
+
+
+def _run_request(sock, ref, pythonpath, data, fallback=FALLBACK_ONESHOT):
     """Send one ``run`` request and wait: ``(status, exit code, stdout)``."""
     try:
         cwd = os.getcwd()
@@ -360,7 +387,8 @@ def _run_request(sock, ref, pythonpath, data):
     os.umask(mask)
     env = b"\0".join(k + b"=" + v for k, v in os.environb.items())
     msg = encode_request([KIND_RUN, ref.encode(), b"\0".join(os.fsencode(p) for p in pythonpath),
-                          os.fsencode(cwd), str(mask).encode(), env, data])
+                          os.fsencode(cwd), str(mask).encode(), env, data,
+                          f"python {fallback}".encode()])
     fds = _context_fds()
     try:
         send_request(sock, msg, fds)
@@ -372,51 +400,108 @@ def _run_request(sock, ref, pythonpath, data):
         except (WorkerGone, _NotRun):
             raise _NotRun(f"sending the request failed: {exc}") from None
     finally:
-        for fd in fds[:2]:
-            os.close(fd)
-        if fds[2] != 2:
-            os.close(fds[2])
+        _close_context_fds(fds)
     return read_reply(sock)
 
 
-def one_shot(ref, pythonpath, data=None):
+def one_shot(ref, pythonpath, data=None, all_versions=(), current="1.1.0"):
     """Run the plugin in this process, as the one-shot executable does
-    (``cni_skel.skel.run_plugin_main``); ``data``: stdin already read."""
-    if sys.flags.no_site:
-        import site
+    (``cni_skel.skel.run_plugin_main``); ``data``: stdin already read. When
+    the SDK cannot be imported (the virtualenv moved or lost packages): spec
+    error 5 (STATUS: 50) naming what is missing and the fix."""
+    try:
+        if sys.flags.no_site:
+            import site
 
-        site.main()
-    if pythonpath:
-        sys.path[:0] = pythonpath
+            site.main()
+        if pythonpath:
+            sys.path[:0] = pythonpath
+        from cni_skel.skel import run_plugin_main
+    except ImportError as exc:
+        if data is None:
+            try:
+                data = b"" if os.isatty(0) else _read_stdin()
+            except OSError:
+                data = b""
+        code = ERR_NOT_AVAILABLE if os.environ.get("CNI_COMMAND") == "STATUS" else ERR_IO
+        _write_stdout(error_answer(
+            code, f"cni-skel launcher: cannot import {exc.name or 'the plugin SDK'}: {exc}",
+            f"plugin {ref} runs with {sys.executable}, whose packages are gone or moved: run "
+            "`cni-skel install` again", data or b"", all_versions, current))
+        sys.exit(1)
     if data is not None:
         import io
 
         sys.stdin = io.TextIOWrapper(io.BytesIO(data))
-    from cni_skel.skel import run_plugin_main
-
     run_plugin_main(ref)
 
 
-def _worker_required():
-    return os.environ.get(REQUIRED_ENV, "") not in ("", "0")
+def _worker_required(fallback=FALLBACK_ONESHOT):
+    return fallback == FALLBACK_NONE or os.environ.get(REQUIRED_ENV, "") not in ("", "0")
 
 
 def _try_again_later(msg, details, data, all_versions, current):
-    """Answer spec error 11 on stdout and exit 1 (nothing ran here)."""
-    _write_stdout(error_answer(ERR_TRY_AGAIN_LATER, msg, details, data, all_versions,
-                               current))
+    """Answer spec error 11 (STATUS: 50, not available) on stdout and exit 1
+    (nothing ran here)."""
+    code = ERR_NOT_AVAILABLE if os.environ.get("CNI_COMMAND") == "STATUS" \
+        else ERR_TRY_AGAIN_LATER
+    _write_stdout(error_answer(code, msg, details, data, all_versions, current))
     sys.exit(1)
 
 
-def _not_served(ref, pythonpath, why, data, path, all_versions, current):
-    """The worker certainly did not run the request: run it here, or (worker
-    required) refuse to with code 11."""
-    if not _worker_required():
-        return one_shot(ref, pythonpath, data)
+def record_fallback(socket_path, ref, why):
+    """Note a one-shot fallback: a warning on stderr naming the socket, and
+    a line in the fallback log beside the socket (`FALLBACK_LOG`) when its
+    directory exists and the log is under `FALLBACK_LOG_MAX` bytes."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] not in ("", "-c") else ref
+    cmd = os.environ.get("CNI_COMMAND", "") or "-"
+    with _suppress_os_error():
+        os.write(2, f"cni-skel: {name}: worker not reachable ({why}, socket {socket_path}); "
+                    "running it one-shot\n".encode("utf-8", "replace"))
+    directory = os.path.dirname(socket_path)
+    if not directory:
+        return
+    with _suppress_os_error():
+        fd = os.open(os.path.join(directory, FALLBACK_LOG),
+                     os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+                     | os.O_NONBLOCK, 0o600)
+        try:
+            st = os.fstat(fd)
+            if st.st_mode & 0o170000 == 0o100000 and st.st_size < FALLBACK_LOG_MAX:
+                import time
+
+                cid = os.environ.get("CNI_CONTAINERID", "")[:128] or "-"
+                line = f"{int(time.time())} {cmd} {ref} {cid} {why}".replace("\n", " ")
+                os.write(fd, (line[:1000] + "\n").encode("utf-8", "replace"))
+        finally:
+            os.close(fd)
+
+
+class _suppress_os_error:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        return kind is not None and issubclass(kind, OSError)
+
+
+def _not_served(ref, pythonpath, why, data, path, all_versions, current,
+                fallback=FALLBACK_ONESHOT, recorded=False):
+    """The worker certainly did not run the request: run it here (after
+    `record_fallback`, unless the native launcher did), or (fallback none,
+    worker required) refuse to with code 11 (STATUS: 50)."""
+    if not _worker_required(fallback):
+        if not recorded:
+            record_fallback(path, ref, why)
+        return one_shot(ref, pythonpath, data, all_versions, current)
+    reason = ("this launcher was installed with --fallback none" if fallback == FALLBACK_NONE
+              else f"{REQUIRED_ENV} is set")
     _try_again_later(
-        "cni-skel worker required but it did not serve the request",
-        f"{why} (socket {path}); {REQUIRED_ENV} is set, so the plugin was not run "
-        "in-process", data or b"", all_versions, current)
+        "cni-skel worker not reachable" if why.startswith("cannot connect")
+        else "cni-skel worker did not serve the request",
+        f"{why} (socket {path}); {reason}, so the plugin was not run in the launcher's "
+        "process: start the worker (systemctl start cni-skel-worker.socket, or the "
+        "DaemonSet) and try again", data or b"", all_versions, current)
 
 
 def _gone(why, path, data, all_versions, current):
@@ -425,6 +510,15 @@ def _gone(why, path, data, all_versions, current):
         "cni-skel worker went away during the request",
         f"{why} (socket {path}); the plugin may or may not have run: try again later",
         data, all_versions, current)
+
+
+def _version_mismatch(body, path, data, all_versions, current):
+    """The worker does not serve this launcher's protocol: code 11."""
+    _try_again_later(
+        "cni-skel launcher and worker speak different protocol versions",
+        f"this launcher speaks protocol {PROTOCOL_VERSION}; {body} (socket {path}); run "
+        "`cni-skel install` with the worker's version, or restart the worker of this "
+        "launcher's version", data, all_versions, current)
 
 
 def answer_version(supported, current):
@@ -443,7 +537,8 @@ def answer_version(supported, current):
 
 
 def launch(ref, socket_path=DEFAULT_SOCKET, supported=None, pythonpath=(),
-           all_versions=(), current="1.1.0", native=None, about=None):
+           all_versions=(), current="1.1.0", native=None, about=None,
+           fallback=FALLBACK_ONESHOT):
     """Entry point of an installed executable for plugin ``ref``
     (``"module:Class"``); exits the process with the plugin's exit code.
 
@@ -451,12 +546,16 @@ def launch(ref, socket_path=DEFAULT_SOCKET, supported=None, pythonpath=(),
     ``about``: its about text, printed on stderr for a call without
     CNI_COMMAND (None: ask the plugin);
     ``all_versions``/``current``: ``cni_skel.version`` values, for the
-    cniVersion of the code-11 error when the worker vanishes.
+    cniVersion of the errors the launcher answers itself.
+    ``fallback``: `FALLBACK_ONESHOT` or `FALLBACK_NONE`, chosen at install
+    (see the module docstring).
     ``native``: ``[mode, detail]`` when the native launcher (launcher.c)
-    hands over: ``HANDOVER_LAUNCH`` (do everything as usual),
-    ``HANDOVER_NOT_SERVED`` (the worker certainly did not run it: ``detail``
-    says why) or ``HANDOVER_GONE`` (it took the request and no answer came);
-    stdin is then the request's, replayed.
+    hands over: ``HANDOVER_LAUNCH`` (do everything as usual: the launcher
+    found its VERSION config beyond its small JSON reader, or has no baked
+    answer) or ``HANDOVER_NOT_SERVED`` (the worker certainly did not run it:
+    ``detail`` says why; the launcher warned and logged it, run one-shot);
+    ``HANDOVER_GONE`` (from launchers before protocol 2: no whole answer
+    came). stdin is then the request's, replayed.
     """
     pythonpath = list(pythonpath or ())
     mode, detail = [*(native or ()), HANDOVER_LAUNCH, ""][:2]
@@ -465,50 +564,57 @@ def launch(ref, socket_path=DEFAULT_SOCKET, supported=None, pythonpath=(),
         try:
             data = _read_stdin()
         except OSError:
-            data = b""
+            data = None  # unreadable: a one-shot run reports it (code 5)
         if mode == HANDOVER_GONE:
-            _gone(detail, path, data, all_versions, current)
-        return _not_served(ref, pythonpath, detail, data, path, all_versions, current)
+            _gone(detail, path, data or b"", all_versions, current)
+        return _not_served(ref, pythonpath, detail, data, path, all_versions, current,
+                           fallback, recorded=True)
     cmd = os.environ.get("CNI_COMMAND", "")
     if cmd == "VERSION" and supported is not None:
         answer_version(supported, current)
-        return one_shot(ref, pythonpath)  # stdin unreadable: the skel says so
+        return one_shot(ref, pythonpath, None, all_versions, current)  # stdin unreadable
     if not cmd:  # a human asking for the about text
         if about is None:
-            return one_shot(ref, pythonpath)
+            return one_shot(ref, pythonpath, None, all_versions, current)
         os.write(2, about.encode())
         sys.exit(0)
     path = os.environ.get(SOCKET_ENV) or socket_path
-    required = _worker_required()
+    required = _worker_required(fallback)
 
     def not_served(why, data):
-        return _not_served(ref, pythonpath, why, data, path, all_versions, current)
+        return _not_served(ref, pythonpath, why, data, path, all_versions, current, fallback)
 
     try:
         sock = connect(path)
     except OSError as exc:
+        why = f"cannot connect: {exc.strerror or exc}"
         if not required:
-            return one_shot(ref, pythonpath)  # no worker: stdin still unread
+            record_fallback(path, ref, why)
+            return one_shot(ref, pythonpath, None, all_versions, current)  # stdin unread
         try:
             data = _read_stdin()
         except OSError:
             data = b""
-        return not_served(f"cannot connect: {exc.strerror or exc}", data)
+        return not_served(why, data)
     try:
         data = _read_stdin()
     except OSError as exc:
         sock.close()
         if not required:
-            return one_shot(ref, pythonpath)  # it reports the read error itself
-        return not_served(f"reading stdin failed: {exc}", b"")
+            return one_shot(ref, pythonpath, None, all_versions, current)  # it reports it
+        _write_stdout(error_answer(ERR_IO, "cni-skel launcher: reading stdin failed", str(exc),
+                                   b"", all_versions, current))
+        sys.exit(1)
     try:
-        status, code, out = _run_request(sock, ref, pythonpath, data)
+        status, code, out = _run_request(sock, ref, pythonpath, data, fallback)
     except _NotRun as exc:
         return not_served(str(exc), data)
     except WorkerGone as exc:
         _gone(str(exc), path, data, all_versions, current)
     finally:
         sock.close()
+    if status == ST_VERSION:
+        _version_mismatch(out.decode("utf-8", "replace"), path, data, all_versions, current)
     if status != ST_DONE:  # unknown plugin, refused, bad request: nothing ran
         return not_served(f"{status_name(status)}: {out.decode('utf-8', 'replace')}", data)
     _write_stdout(out)

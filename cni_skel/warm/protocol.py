@@ -6,25 +6,37 @@ the native launcher gets them from ``launcher_protocol.h``, which
 `cni_skel.warm.install` generates from this module each time it compiles
 ``launcher.c``.
 
-Every installed launcher runs this module on every call, VERSION included,
-so it imports nothing (not even ``typing``): the Python launcher loads its
-cached bytecode directly, without ``site`` or ``importlib``.
+Every installed launcher runs this module on every call that reaches
+Python, so it imports nothing (not even ``typing``): the Python launcher
+loads its cached bytecode directly, without ``site`` or ``importlib``.
 
 Wire format (all integers unsigned 32-bit big-endian), one request per
 connection to the worker's unix stream socket:
 
-    request: REQUEST_MAGIC len  then fields, each  len bytes:
-             kind (KIND_RUN / KIND_PING); a run request has RUN_FIELDS:
-             kind, ref, pythonpath (NUL-joined), cwd, umask (decimal),
-             environment (NUL-joined K=V), stdin
-             ancillary data on the first byte: fds [netns, mntns, stderr]
+    request: magic len  then fields, each  len bytes
+             magic: b"CSK" + the launcher's protocol version as one ASCII
+             digit (`REQUEST_MAGIC`, version `PROTOCOL_VERSION`); version 1
+             launchers send b"CSKQ"
+             fields: kind (KIND_RUN / KIND_PING); a run request has
+             `RUN_FIELDS` fields: kind, ref, pythonpath (NUL-joined), cwd,
+             umask (decimal), environment (NUL-joined K=V), stdin, launcher
+             (its kind and fallback, e.g. b"native none"; version 1: absent)
+             ancillary data on the first byte: fds [netns, mntns, stderr] and,
+             when CNI_NETNS names a file the launcher could open, [pod netns]
     reply:   REPLY_MAGIC status(1 byte) exit_code len  then stdout bytes
              (`REPLY_HEADER` bytes before stdout)
 
+What never changes between versions, so that launchers and workers of any
+two versions understand each other well enough to say they do not: the
+request header (b"CSK" + version, length) and the reply format. A worker
+serves the versions in `SERVED_VERSIONS` (this one and the one before);
+it answers any other with `ST_VERSION` and a text naming both, without
+reading the body, and the launcher answers spec error 11 saying so.
+
 A reply's status says whether the plugin ran: `ST_DONE` (it ran, or the
 worker answered for it with a spec error), `ST_PONG` (answer to a ping), or
-one of `ST_UNKNOWN`, `ST_REFUSED`, `ST_BAD`: nothing ran, and the body says
-why.
+one of `ST_UNKNOWN`, `ST_REFUSED`, `ST_BAD`, `ST_VERSION`: nothing ran, and
+the body says why.
 
 Limits: a request frame's length is at most `MAX_REQUEST_BYTES` (20 MiB);
 the worker answers a larger one with spec error 5 and closes, without
@@ -44,16 +56,37 @@ SOCKET_ENV = "CNI_SKEL_WORKER_SOCKET"
 #: when the worker cannot serve the call.
 REQUIRED_ENV = "CNI_SKEL_WORKER_REQUIRED"
 
-REQUEST_MAGIC = b"CSKQ"
+#: What launchers do when the worker cannot serve a call, chosen at install
+#: (``cni-skel install --fallback``): run the plugin one-shot in the
+#: launcher's process with a warning on stderr, or answer spec error 11
+#: (STATUS: 50) naming the socket. Launchers that cannot run Python (the
+#: image's) are "none".
+FALLBACK_ONESHOT, FALLBACK_NONE = "oneshot", "none"
+FALLBACKS = (FALLBACK_ONESHOT, FALLBACK_NONE)
+#: Each one-shot fallback appends a line to this file, in the socket's
+#: directory when it exists (``<unix time> <verb> <plugin ref> <container
+#: ID> <reason>``), while the file is under `FALLBACK_LOG_MAX` bytes: the
+#: worker's metrics and ``cni-skel status`` count them.
+FALLBACK_LOG = "fallbacks.log"
+FALLBACK_LOG_MAX = 1 << 20
+
+#: The request protocol this code speaks, and the ones a worker serves.
+PROTOCOL_VERSION = 2
+SERVED_VERSIONS = (1, 2)
+_MAGIC_PREFIX = b"CSK"
+_LEGACY_MAGIC = {b"CSKQ": 1}
+REQUEST_MAGIC = _MAGIC_PREFIX + str(PROTOCOL_VERSION).encode()
 REPLY_MAGIC = b"CSKR"
 #: Request kinds (first field).
 KIND_RUN, KIND_PING = b"run", b"ping"
-#: Fields of a run request, kind included.
-RUN_FIELDS = 7
+#: Fields of a run request, kind included, by protocol version.
+RUN_FIELDS = 8
+RUN_FIELDS_BY_VERSION = {1: 7, 2: 8}
 #: Reply statuses.
-ST_DONE, ST_UNKNOWN, ST_REFUSED, ST_BAD, ST_PONG = 0, 1, 2, 3, 4
+ST_DONE, ST_UNKNOWN, ST_REFUSED, ST_BAD, ST_PONG, ST_VERSION = 0, 1, 2, 3, 4, 5
 #: What a status means, for the reason a launcher gives when nothing ran.
-STATUS_NAMES = ("done", "unknown plugin", "refused", "bad request", "pong")
+STATUS_NAMES = ("done", "unknown plugin", "refused", "bad request", "pong",
+                "unsupported protocol")
 #: Bytes of a request before its fields (magic, length).
 REQUEST_HEADER = len(REQUEST_MAGIC) + 4
 #: Offsets in a reply header: status byte, exit code, stdout length.
@@ -76,25 +109,44 @@ HANDOVER_LAUNCH, HANDOVER_NOT_SERVED, HANDOVER_GONE = "launch", "notserved", "go
 #: Spec error code "try again later" (= `cni_skel.errors.ERR_TRY_AGAIN_LATER`):
 #: what a launcher answers when the worker went away during a request.
 ERR_TRY_AGAIN_LATER = 11
+#: Spec error codes launchers answer themselves: I/O failure (stdin
+#: unreadable, the one-shot interpreter gone) and, for STATUS, plugin not
+#: available (= `cni_skel.errors.ERR_IO_FAILURE`, `ERR_PLUGIN_NOT_AVAILABLE`).
+ERR_IO, ERR_NOT_AVAILABLE = 5, 50
 
 
 def _u32(n):
     return n.to_bytes(4, "big")
 
 
-def encode_request(fields):
-    """``fields`` (list of bytes) -> one framed request message (bytes)."""
+def request_magic(version=PROTOCOL_VERSION):
+    """The 4 bytes a launcher of protocol ``version`` starts its request with."""
+    for magic, v in _LEGACY_MAGIC.items():
+        if v == version:
+            return magic
+    return _MAGIC_PREFIX + bytes([0x30 + version])
+
+
+def encode_request(fields, version=PROTOCOL_VERSION):
+    """``fields`` (list of bytes) -> one framed request message (bytes), in
+    protocol ``version``'s header."""
     body = b"".join(_u32(len(f)) + f for f in fields)
-    return REQUEST_MAGIC + _u32(len(body)) + body
+    return request_magic(version) + _u32(len(body)) + body
 
 
-def request_length(head):
-    """The body length a `REQUEST_HEADER`-byte request header announces;
-    ValueError if it is not one."""
+def request_header(head):
+    """``(protocol version, body length)`` from a `REQUEST_HEADER`-byte
+    request header, whatever the version; ValueError if it is not one."""
     magic = head[:len(REQUEST_MAGIC)]
-    if magic != REQUEST_MAGIC:
+    if magic[:len(_MAGIC_PREFIX)] != _MAGIC_PREFIX or len(magic) != len(REQUEST_MAGIC):
         raise ValueError(f"not a cni-skel request: {magic!r}")
-    return int.from_bytes(head[len(REQUEST_MAGIC):REQUEST_HEADER], "big")
+    version = _LEGACY_MAGIC.get(magic, magic[-1] - 0x30)
+    return version, int.from_bytes(head[len(REQUEST_MAGIC):REQUEST_HEADER], "big")
+
+
+def version_range():
+    """The served versions in words, e.g. "1-2"."""
+    return f"{SERVED_VERSIONS[0]}-{SERVED_VERSIONS[-1]}"
 
 
 def decode_fields(body):

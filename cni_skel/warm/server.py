@@ -2,39 +2,49 @@
 
 ``cni-skel worker`` imports the registered plugins and their heavy modules
 (pyroute2, pydantic, the config and result models) once, listens on a unix
-socket, and keeps pre-forked children ready (`Worker`, the parent); each
-child (`WorkerChild`) accepts one connection from the thin launcher
-(`cni_skel.warm.client`) and runs the same `cni_skel.skel.dispatch` as a
-one-shot executable, as if the runtime had started it:
+socket (its own, or the one systemd passes: `systemd_socket`), and keeps
+pre-forked children ready (`Worker`, the parent); each child
+(`WorkerChild`) accepts one connection from a launcher
+(`cni_skel.warm.client`, ``launcher.c``) and runs the same
+`cni_skel.skel.dispatch` as a one-shot executable, as if the runtime had
+started it:
 
-* network and mount namespace: the launcher's, received as fds (SCM_RIGHTS)
-  and entered with setns(2) (``ip netns exec`` gives a node namespace its own
-  /sys, so the mount namespace matters too);
+* network namespace: the launcher's, received as an fd (SCM_RIGHTS) and
+  entered with setns(2); the pod's (CNI_NETNS) comes as an fd too, and
+  `cni_skel.env.hand_over_netns` makes the plugin open that fd for the path;
+* mount namespace: with ``mount_namespace="caller"`` (a worker on the host)
+  the launcher's, entered the same way (``ip netns exec`` gives a node
+  namespace its own /sys); ``"own"`` (a worker in a container) keeps the
+  worker's, whose mounts must show the CNI bin dir, the plugins' state
+  directories and the socket at the host's paths;
 * environment, cwd and umask from the request, taken after the capability
   drop below; fd 0 is /dev/null, fds 1 and 2 are the launcher's stderr (as
   ``skel._main`` points fd 1 at stderr), so diagnostics and delegated
   plugins' stderr stream live;
-* stdout (one JSON document) and the exit code go back on the connection.
+* stdout (one JSON document) and the exit code go back on the connection;
+  one log line per request (`_RequestLine`) and, with ``metrics_address``,
+  Prometheus metrics (`cni_skel.warm.metrics`).
 
 Who is served, checked before anything of a request is acted on:
 
 * root peers only (SO_PEERCRED); the socket is mode 0600;
+* launchers of the protocol versions in `SERVED_VERSIONS` (this one and the
+  one before); another gets `ST_VERSION` naming both, and answers code 11;
 * holding CAP_NET_ADMIN and CAP_SYS_ADMIN (`REQUIRED_CAPS`, read from
-  /proc/<peer pid>/status) and nothing the worker lacks; otherwise the
-  worker does nothing and answers "refused" with the reason, and the
-  launcher runs the plugin one-shot in its own process, with the caller's
-  own privileges: the same answer as without a worker (STATUS says 50,
-  an ADD fails with EPERM), or spec error 11 naming the reason under
-  ``CNI_SKEL_WORKER_REQUIRED``;
-* capabilities: the child drops to the caller's right after entering its
-  namespaces, before it reads anything from the caller's mount namespace:
-  bounding, permitted, effective, inheritable and ambient sets, and
-  no_new_privs;
+  /proc/<peer pid>/status: a worker in a container needs the host's PID
+  namespace), as the worker itself must; otherwise the worker does nothing
+  and answers "refused" with the reason, and the launcher falls back as
+  installed (one-shot in its own process with the caller's privileges: the
+  same answer as without a worker; or code 11);
+* capabilities: the child drops to the caller's sets within the worker's
+  own (the ceiling an operator set: the unit's CapabilityBoundingSet, the
+  DaemonSet's capabilities) right after entering its namespaces, before it
+  reads anything from the caller's mount namespace: bounding, permitted,
+  effective, inheritable and ambient sets, and no_new_privs;
 * plugins: the set given at start (``refs``: the registered plugins and
   ``--preload``) is all that is served; any other ref is answered "unknown
-  plugin" (the launcher runs it one-shot, in its own process) and nothing
-  named by a request is ever imported. The pythonpath a launcher sends is
-  ignored.
+  plugin" (the launcher falls back) and nothing named by a request is ever
+  imported. The pythonpath a launcher sends is ignored.
 
 Same machine, same user namespace, same PID namespace and same root as the
 runtime are assumed; cgroups, rlimits, securebits and seccomp are the
@@ -68,9 +78,11 @@ Limits and faults (nothing a client or a child sends ends the parent):
 
 Restart and upgrade: a new worker binds a temporary name and renames it over
 the socket path; the old one, on SIGTERM, stops accepting (serving what is
-already queued), unlinks the path only if it is still its own, and waits up
-to ``drain_timeout`` for its children, which hold their own connections and
-finish even if it exits (systemd: ``KillMode=process``).
+already queued), unlinks the path only if it is still its own (never
+systemd's), and waits up to ``drain_timeout`` for its children, which hold
+their own connections. Socket-activated, the socket stays with systemd
+across restarts and idle exits (``idle_exit``): connections queue there
+until the next worker takes them.
 """
 
 from __future__ import annotations
@@ -94,6 +106,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import __version__, netlink
+from ..env import hand_over_netns
 from ..errors import ERR_INTERNAL, ERR_IO_FAILURE, ERR_TRY_AGAIN_LATER, CNIError
 from ..invoke import SubprocessExec, plugin_outcome
 from ..netns import current_netns, setns
@@ -101,27 +114,32 @@ from ..skel import dispatch, error_answer, load_config, resolve_ref
 from ..version import ALL_VERSIONS
 from .client import ping
 from .install import launcher_info
+from .metrics import Metrics
 from .protocol import (
     DEFAULT_SOCKET,
     KIND_PING,
     KIND_RUN,
     MAX_REQUEST_BYTES,
+    PROTOCOL_VERSION,
     REPLY_TIMEOUT,
     REQUEST_HEADER,
-    RUN_FIELDS,
+    RUN_FIELDS_BY_VERSION,
+    SERVED_VERSIONS,
     SOCKET_ENV,
     ST_BAD,
     ST_DONE,
     ST_PONG,
     ST_REFUSED,
     ST_UNKNOWN,
+    ST_VERSION,
     decode_fields,
     encode_reply,
-    request_length,
+    request_header,
+    version_range,
 )
 
-__all__ = ["DEFAULT_SOCKET", "ChildState", "InProcessExec", "Worker", "WorkerChild", "check",
-           "serve"]
+__all__ = ["DEFAULT_SOCKET", "MOUNT_NAMESPACES", "ChildState", "InProcessExec", "LogSink", "Worker",
+           "WorkerChild", "check", "describe", "serve", "systemd_socket", "writable_proc_sys"]
 
 #: Seconds a connected client has to send its whole request (one deadline
 #: for the whole request, not per read).
@@ -141,7 +159,11 @@ CLONE_NEWNET = 0x40000000
 # Child exit statuses; anything else is a crash the parent answers.
 _ANSWERED, _CLIENT_GONE, _IDLE_EXIT = 100, 101, 102
 # A child's reports: the connection it took (its fd attached), then the request's fields.
-_REPORT_ACCEPTED, _REPORT_REQUEST = b"accepted", b"request"
+_REPORT_ACCEPTED, _REPORT_REQUEST, _REPORT_DONE = b"accepted", b"request", b"done"
+#: ``Worker(mount_namespace=)``: enter the launcher's, or keep the worker's own.
+MOUNT_NAMESPACES = ("caller", "own")
+#: sd_listen_fds(3): the first passed fd.
+SD_LISTEN_FDS_START = 3
 #: Modules every plugin run needs sooner or later; imported before forking.
 WARM_MODULES = ("pydantic", "pyroute2", "cni_skel.config", "cni_skel.types", "cni_skel.args",
                 "cni_skel.netns", "cni_skel.netlink", "cni_skel.invoke", "cni_skel.ipam",
@@ -149,21 +171,33 @@ WARM_MODULES = ("pydantic", "pyroute2", "cni_skel.config", "cni_skel.types", "cn
                 "nftables")
 
 
-def _log(fd: int, cid: str, text: str) -> None:
+class LogSink:
+    """Where the worker's lines go: a copy of its stderr (the journal) and,
+    with ``--log-file``, a file opened for appending; ``fds`` as opened."""
+
+    def __init__(self, fds: tuple[int, ...]) -> None:
+        self.fds = fds
+
+    def write(self, line: str) -> None:
+        data = line.encode("utf-8", "replace")
+        for fd in self.fds:
+            with contextlib.suppress(OSError):
+                os.write(fd, data)
+
+
+def _log(log: LogSink, cid: str, text: str) -> None:
     # One line each, the container ID first ("-" outside a request).
-    with contextlib.suppress(OSError):
-        os.write(fd, f"cni-skel worker[{os.getpid()}]: {cid or '-'} {text}\n".encode(
-            "utf-8", "replace"))
+    log.write(f"cni-skel worker[{os.getpid()}]: {cid or '-'} {text}\n")
 
 
-def _warm(refs: list[str], log_fd: int) -> dict[str, Any]:
+def _warm(refs: list[str], log: LogSink) -> dict[str, Any]:
     """Import ``refs`` (and their config models and package submodules) and
     WARM_MODULES; returns ref -> plugin class for those that import."""
     for name in WARM_MODULES:
         try:
             importlib.import_module(name)
         except Exception as exc:
-            _log(log_fd, "", f"warm-up: cannot import {name}: {exc}")
+            _log(log, "", f"warm-up: cannot import {name}: {exc}")
     plugins: dict[str, Any] = {}
     for ref in refs:
         try:
@@ -175,10 +209,56 @@ def _warm(refs: list[str], log_fd: int) -> dict[str, Any]:
             for info in pkgutil.iter_modules(getattr(pkg, "__path__", [])):
                 importlib.import_module(f"{pkg.__name__}.{info.name}")
         except Exception as exc:
-            _log(log_fd, "", f"warm-up: cannot load plugin {ref}: {exc}")
+            _log(log, "", f"warm-up: cannot load plugin {ref}: {exc}")
             continue
         plugins[ref] = cls
     return plugins
+
+
+def systemd_socket() -> socket.socket | None:
+    """The listening unix stream socket systemd passed (sd_listen_fds
+    semantics: ``LISTEN_PID`` is this process, ``LISTEN_FDS`` >= 1, the
+    socket is fd 3); the variables are removed so children and plugins do
+    not see them. None when not socket-activated.
+
+    Raises:
+        OSError: fd 3 is not a listening unix stream socket.
+    """
+    pid, count = os.environ.get("LISTEN_PID", ""), os.environ.get("LISTEN_FDS", "")
+    for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+        os.environ.pop(name, None)
+    if not pid.isdigit() or int(pid) != os.getpid() or not count.isdigit() or int(count) < 1:
+        return None
+    sock = socket.socket(fileno=SD_LISTEN_FDS_START)
+    if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM \
+            or not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+        sock.detach()
+        raise OSError(f"fd {SD_LISTEN_FDS_START} from systemd is not a listening unix stream "
+                      "socket (the .socket unit needs ListenStream=<path>)")
+    sock.set_inheritable(False)
+    return sock
+
+
+_MS_REMOUNT, _MS_BIND = 32, 4096
+
+
+def writable_proc_sys(log: LogSink) -> None:
+    """Make /proc/sys writable in this (a container's) mount namespace when
+    it is not: runtimes mount it read-only in unprivileged containers, and
+    bridge, tuning and portmap write sysctls of the node and pod
+    namespaces. Needs CAP_SYS_ADMIN; a failure is logged (sysctl writes will
+    then fail with EROFS)."""
+    if os.access("/proc/sys/net", os.W_OK):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
+                           ctypes.c_void_p)
+    if libc.mount(None, b"/proc/sys", None, _MS_REMOUNT | _MS_BIND, None) != 0:
+        err = ctypes.get_errno()
+        _log(log, "", f"/proc/sys is read-only and stays so ({os.strerror(err)}): sysctl "
+                      "writes will fail")
+    else:
+        _log(log, "", "/proc/sys was read-only: remounted read-write in this mount namespace")
 
 
 def _bind(path: str) -> socket.socket:
@@ -240,13 +320,14 @@ def _caps(pid: int | str) -> dict[str, int]:
     return out
 
 
-def _caps_beyond(peer: dict[str, int], own: dict[str, int]) -> str:
-    """What ``peer`` holds that ``own`` does not (empty: we can drop to it)."""
-    extra = [f"{key} {peer[key] & ~own[key]:#x}" for key in _CAP_FIELDS[:5]
-             if peer[key] & ~own[key]]
-    if own["NoNewPrivs"] and not peer["NoNewPrivs"]:
-        extra.append("no_new_privs unset")
-    return ", ".join(extra)
+def _caps_within(peer: dict[str, int], own: dict[str, int]) -> dict[str, int]:
+    """The sets a child runs a request with: the caller's, within the
+    worker's own (each set ANDed; no_new_privs when either has it). The
+    worker's sets are the ceiling an operator chose (a systemd
+    CapabilityBoundingSet, the DaemonSet's capabilities)."""
+    out = {key: peer[key] & own[key] for key in _CAP_FIELDS[:5]}
+    out["NoNewPrivs"] = int(bool(peer["NoNewPrivs"] or own["NoNewPrivs"]))
+    return out
 
 
 def _drop_caps(peer: dict[str, int], own: dict[str, int]) -> None:
@@ -320,6 +401,7 @@ class ChildState:
     cmd: str = ""
     ref: str = ""
     version: str = ""  # the config's cniVersion, when it is one we know
+    netns: str = ""
     overdue: bool = False  # killed at the run deadline
 
     @property
@@ -349,22 +431,50 @@ class Worker:
             plugin", never imported).
         drain_timeout: seconds to wait for running children after SIGTERM.
         spares: idle children kept ready (>= 1).
-        log_fd: where request lines go (default: stderr, i.e. the journal).
+        log_fd: where log lines go (default: stderr, i.e. the journal); a
+            copy is kept, as children point fd 2 at the launcher's stderr.
         request_timeout: seconds a client has to send its whole request.
         run_timeout: seconds a request may run before its child is killed.
+        mount_namespace: "caller" (enter the launcher's mount namespace: a
+            worker on the host) or "own" (stay in the worker's: a worker in a
+            container, which gets the pod's network namespace as an fd, and
+            makes a read-only /proc/sys writable, `writable_proc_sys`).
+        idle_exit: exit after this many seconds without a request (None:
+            never); for socket activation, where the next call starts it.
+        log_file: also append every log line to this file.
+        metrics_address: serve Prometheus metrics on ``HOST:PORT``
+            (`cni_skel.warm.metrics`); None: no metrics.
     """
 
     def __init__(self, socket_path: str = DEFAULT_SOCKET, refs: list[str] | None = None,
                  *, drain_timeout: float = 30.0, spares: int = 2, log_fd: int = 2,
                  request_timeout: float = REQUEST_TIMEOUT,
-                 run_timeout: float = RUN_TIMEOUT) -> None:
+                 run_timeout: float = RUN_TIMEOUT, mount_namespace: str = "caller",
+                 idle_exit: float | None = None, log_file: str | None = None,
+                 metrics_address: str | None = None) -> None:
+        if mount_namespace not in MOUNT_NAMESPACES:
+            raise ValueError(f"mount_namespace {mount_namespace!r}: one of "
+                             f"{', '.join(MOUNT_NAMESPACES)}")
+        self.mount_namespace = mount_namespace
+        self.idle_exit = idle_exit
+        self.metrics_address = metrics_address
+        self.metrics: Metrics | None = None
+        self.activated = False  # the listening socket came from systemd
+        self.last_active = time.monotonic()
+        self.started = time.time()
+        self.pid = os.getpid()
         self.path = os.path.abspath(socket_path)
         self.refs = list(refs or [])
         self.drain_timeout = drain_timeout
         self.spares = max(1, spares)
         self.request_timeout = request_timeout
         self.run_timeout = run_timeout
-        self.log_fd = os.dup(log_fd)  # fd 2 becomes the launcher's stderr in children
+        # fd 2 becomes the launcher's stderr in children: log to a copy of it.
+        fds = [os.dup(log_fd)]
+        if log_file:
+            fds.append(os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                               0o640))
+        self.log = LogSink(tuple(fds))
         self.plugins: dict[str, Any] = {}
         self.children: dict[int, ChildState] = {}
         self.stopping = False
@@ -375,12 +485,26 @@ class Worker:
 
     def serve(self) -> int:
         """Import, listen, serve until asked to stop; returns an exit status."""
-        self.plugins = _warm(self.refs, self.log_fd)
+        self.pid = os.getpid()
+        if self.mount_namespace == "own":
+            writable_proc_sys(self.log)
+        self.plugins = _warm(self.refs, self.log)
         gc.collect()
         gc.freeze()  # children inherit the heap; keep the GC off those pages
-        self.sock = _bind(self.path)
+        activated = systemd_socket()
+        if activated is not None:
+            self.sock, self.activated = activated, True
+            name = self.sock.getsockname()
+            if isinstance(name, str) and name and os.path.abspath(name) != self.path:
+                _log(self.log, "", f"systemd's socket is {name}, not {self.path}: serving it")
+                self.path = os.path.abspath(name)
+        else:
+            self.sock = _bind(self.path)
         st = os.stat(self.path)
         self.ident = (st.st_dev, st.st_ino)
+        if self.metrics_address:
+            self.metrics = Metrics(self.path)
+            self.metrics.start(self.metrics_address)
         self.sock.setblocking(False)  # shared by the spares: one wins, the others retry
         self.stop_r, self.stop_w = os.pipe2(os.O_CLOEXEC)  # closed on stop: idle spares exit
         self.wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -399,22 +523,27 @@ class Worker:
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.wake_r, selectors.EVENT_READ)
         self.sel.register(self.info_r, selectors.EVENT_READ)
-        _log(self.log_fd, "", f"listening on {self.path} ({len(self.plugins)} plugins warm: "
-                              f"{', '.join(sorted(self.plugins))})")
+        _log(self.log, "", f"cni-skel {__version__} (protocol {version_range()}) listening "
+                           f"on {self.path}{' (systemd socket)' if self.activated else ''}, "
+                           f"mount namespace {self.mount_namespace}; "
+                           f"{len(self.plugins)} plugins warm: "
+                           f"{', '.join(sorted(self.plugins))}"
+                           + (f"; exits after {self.idle_exit:g} s idle"
+                                 if self.idle_exit else ""))
         self.deadline = 0.0
         while True:
             try:
                 if self._step():
                     break
             except Exception as exc:  # last line of defence: the parent keeps serving
-                _log(self.log_fd, "", f"internal error in the worker's parent, going on: "
-                                      f"{type(exc).__name__}: {exc}")
+                _log(self.log, "", f"internal error in the worker's parent, going on: "
+                                   f"{type(exc).__name__}: {exc}")
                 time.sleep(0.1)
         self._read_info()
         for pid, child in self.children.items():
-            _log(self.log_fd, child.cid,
+            _log(self.log, child.cid,
                  f"left running: pid {pid} ({child.cmd or ('busy' if child.busy else 'idle')})")
-        _log(self.log_fd, "", "stopped")
+        _log(self.log, "", "stopped")
         return 0
 
     def _step(self) -> bool:
@@ -429,17 +558,35 @@ class Worker:
                         pass
         self._reap()
         self._kill_overdue()
+        if self.metrics is not None:
+            busy = sum(c.busy for c in self.children.values())
+            self.metrics.set_children(len(self.children) - busy, busy)
+        if self._idle_too_long():
+            _log(self.log, "", f"idle for {self.idle_exit:g} s: exiting"
+                               + ("; systemd starts the worker again on the next call"
+                                  if self.activated else ""))
+            self.stopping = True
         if self.stopping and self.sock is not None:
             self._close_listener()
             self.deadline = time.monotonic() + self.drain_timeout
             busy = sum(c.busy for c in self.children.values())
-            _log(self.log_fd, "", f"stopping: {busy} request(s) in flight")
+            _log(self.log, "", f"stopping: {busy} request(s) in flight")
         return self.stopping and (not self.children or time.monotonic() > self.deadline)
 
+    def _idle_too_long(self) -> bool:
+        if not self.idle_exit or self.stopping:
+            return False
+        if any(c.busy for c in self.children.values()):
+            self.last_active = time.monotonic()
+            return False
+        return time.monotonic() - self.last_active >= self.idle_exit
+
     def _timeout(self) -> float | None:
-        """How long the parent may sleep: until the next run deadline, or a
-        short tick while stopping or waiting to respawn."""
+        """How long the parent may sleep: until the next run deadline or idle
+        exit, or a short tick while stopping or waiting to respawn."""
         waits = [0.5] if self.stopping or self.respawn_at or self.at_cap else []
+        if self.idle_exit and not self.stopping:
+            waits.append(max(0.05, self.last_active + self.idle_exit - time.monotonic()))
         busy = [c.since for c in self.children.values() if c.busy]
         if busy:
             waits.append(max(0.05, min(busy) + self.run_timeout - time.monotonic()))
@@ -452,8 +599,8 @@ class Worker:
         idle = sum(not c.busy for c in self.children.values())
         want = min(self.spares - idle, MAX_CHILDREN - len(self.children))
         if want < self.spares - idle and not self.at_cap:
-            _log(self.log_fd, "", f"{len(self.children)} children: at the limit "
-                                  f"({MAX_CHILDREN}); new connections wait")
+            _log(self.log, "", f"{len(self.children)} children: at the limit "
+                               f"({MAX_CHILDREN}); new connections wait")
         self.at_cap = want < self.spares - idle
         for _ in range(want):
             sys.stderr.flush()
@@ -463,7 +610,7 @@ class Worker:
                 try:
                     code = self._become_child().serve()
                 except BaseException as exc:
-                    _log(self.log_fd, "", f"child failed: {type(exc).__name__}: {exc}")
+                    _log(self.log, "", f"child failed: {type(exc).__name__}: {exc}")
                 finally:
                     os._exit(code)
             self.children[pid] = ChildState()
@@ -476,6 +623,8 @@ class Worker:
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_DFL)
+        if self.metrics is not None:
+            self.metrics.close_in_child()
         self.sel.close()
         os.close(self.wake_r)
         os.close(self.stop_w)
@@ -484,7 +633,17 @@ class Worker:
             if other.conn is not None:
                 other.conn.close()
         return WorkerChild(self.sock, self.stop_r, self.info_w, self.plugins, self.ident,
-                           self.path, self.log_fd, self.request_timeout)
+                           self.path, self.log, self.request_timeout,
+                           mount_namespace=self.mount_namespace, about=self.about())
+
+    def about(self) -> dict[str, Any]:
+        """What a ping answers (JSON): version, protocol versions served, pid,
+        start time (unix), socket, socket activation, mount namespace mode,
+        idle exit, plugins served."""
+        return {"version": __version__, "protocol": list(SERVED_VERSIONS), "pid": self.pid,
+                "started": round(self.started, 3), "socket": self.path,
+                "systemdSocket": self.activated, "mountNamespace": self.mount_namespace,
+                "idleExit": self.idle_exit, "plugins": sorted(self.plugins)}
 
     def _close_listener(self) -> None:
         assert self.sock is not None
@@ -494,6 +653,8 @@ class Worker:
         os.close(self.stop_w)
         self.sock.close()
         self.sock = None
+        if self.activated:  # systemd's socket: it stays, and starts the next worker
+            return
         try:
             st = os.stat(self.path)
             if (st.st_dev, st.st_ino) == self.ident:  # not a successor's socket
@@ -512,7 +673,7 @@ class Worker:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
-                _log(self.log_fd, "", f"reading a child's report failed: {exc}")
+                _log(self.log, "", f"reading a child's report failed: {exc}")
                 return
             fds: list[int] = []
             pid = 0
@@ -525,8 +686,8 @@ class Worker:
             try:
                 fds = self._take_report(pid, msg, flags, fds)
             except Exception as exc:
-                _log(self.log_fd, "", f"dropped a malformed report from child {pid}: "
-                                      f"{type(exc).__name__}: {exc}")
+                _log(self.log, "", f"dropped a malformed report from child {pid}: "
+                                   f"{type(exc).__name__}: {exc}")
             for fd in fds:
                 with contextlib.suppress(OSError):
                     os.close(fd)
@@ -542,11 +703,17 @@ class Worker:
         kind, *fields = msg.split(b"\0")
         if kind == _REPORT_ACCEPTED and not fields and len(fds) == 1 and child.conn is None:
             child.conn = socket.socket(fileno=fds[0])
-            child.since = time.monotonic()
+            child.since = self.last_active = time.monotonic()
             return []
-        if kind == _REPORT_REQUEST and len(fields) == 4 and not fds:
-            child.cid, child.cmd, child.ref, child.version = (
+        if kind == _REPORT_REQUEST and len(fields) == 5 and not fds:
+            child.cid, child.cmd, child.ref, child.version, child.netns = (
                 f.decode("utf-8", "replace")[:_FIELD_MAX] for f in fields)
+            return []
+        if kind == _REPORT_DONE and len(fields) == 5 and not fds:
+            if self.metrics is not None:
+                plugin, verb, outcome, code, seconds = (f.decode("utf-8", "replace")
+                                                        for f in fields)
+                self.metrics.observe(plugin, verb, outcome, code, float(seconds))
             return []
         raise ValueError(f"unexpected report {msg[:40]!r} with {len(fds)} fds")
 
@@ -567,7 +734,9 @@ class Worker:
             if not ok and child.conn is not None:
                 self._answer_crash(child, pid, status)
             elif not ok:
-                _log(self.log_fd, "", f"idle child {pid} {_describe_status(status)}")
+                _log(self.log, "", f"idle child {pid} {_describe_status(status)}")
+                if self.metrics is not None:
+                    self.metrics.idle_death()
                 self.respawn_at = time.monotonic() + 1.0  # no fork loop if spares keep dying
             if child.conn is not None:
                 child.conn.close()
@@ -577,7 +746,7 @@ class Worker:
         for pid, child in self.children.items():
             if child.busy and not child.overdue and now - child.since > self.run_timeout:
                 child.overdue = True
-                _log(self.log_fd, child.cid, f"{child.cmd or '?'} {child.ref or '?'} child "
+                _log(self.log, child.cid, f"{child.cmd or '?'} {child.ref or '?'} child "
                      f"{pid}: still running after {self.run_timeout:.0f} s, killed")
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
@@ -595,8 +764,12 @@ class Worker:
                        "the operation may be partially done: retry it (a DEL cleans up); "
                        "the worker's log has the details")
         out, code = error_answer(err, child.version or None)
-        _log(self.log_fd, child.cid,
-             f"{child.cmd or '?'} {ref} child {pid} {what}: answered code 11")
+        cls = self.plugins.get(ref)
+        name = getattr(cls, "name", None) or ref
+        _RequestLine(self.log, child.cid, child.cmd, name, child.netns, "-", child.since).write(
+            "outcome=crashed", f"child {pid} {what}", out)
+        if self.metrics is not None:
+            self.metrics.crashed(name, child.cmd or "-", time.monotonic() - child.since)
         # Never block on a client: what does not fit now is its loss (it sees
         # a cut answer and says 11 itself).
         with contextlib.suppress(OSError):
@@ -615,16 +788,30 @@ class WorkerChild:
     """
 
     def __init__(self, sock: socket.socket, stop_r: int, info_w: socket.socket,
-                 plugins: dict[str, Any], ident: tuple[int, int], path: str, log_fd: int,
-                 request_timeout: float) -> None:
+                 plugins: dict[str, Any], ident: tuple[int, int], path: str, log: LogSink,
+                 request_timeout: float, *, mount_namespace: str = "caller",
+                 about: dict[str, Any] | None = None) -> None:
+        self.mount_namespace = mount_namespace
+        self.about = about or {}
         self.sock = sock  # the listening socket, shared with the other spares
         self.stop_r = stop_r  # EOF when the worker stops: exit if idle
         self.info_w = info_w  # reports to the parent
         self.plugins = plugins
         self.ident = ident  # (st_dev, st_ino) of the worker's socket
         self.path = path
-        self.log_fd = log_fd
+        self.log = log
         self.request_timeout = request_timeout
+
+    def _report_done(self, plugin: str, verb: str, outcome: str, code: str,
+                     seconds: float) -> None:
+        """Tell the parent how a request ended (for its metrics)."""
+        fields = [_REPORT_DONE, *(v.encode("utf-8", "replace").replace(b"\0", b" ")[:_FIELD_MAX]
+                                  for v in (plugin, verb, outcome, code, f"{seconds:.6f}"))]
+        with contextlib.suppress(OSError):
+            self.info_w.send(b"\0".join(fields))
+
+    def _not_served(self, reason: str) -> None:
+        self._report_done("-", "-", reason, "", 0.0)
 
     def serve(self) -> int:
         """Wait for a connection and serve it; the exit status for the parent."""
@@ -646,24 +833,34 @@ class WorkerChild:
         except OSError:
             peer_pid, uid = 0, -1
         if uid != 0:
-            _log(self.log_fd, "", f"refused a client with uid {uid}: only root is served")
+            _log(self.log, "", f"refused a client with uid {uid}: only root is served")
+            self._not_served("refused")
             _reply(conn, ST_REFUSED, 0, b"only root may use the cni-skel worker")
             return _ANSWERED
         try:
-            fields, fds = _read_request(conn, deadline)
+            version, fields, fds = _read_request(conn, deadline)
+        except _OtherVersion as exc:
+            text = (f"cni-skel worker {__version__} serves launcher protocol {version_range()}, "
+                    f"not {exc}")
+            _log(self.log, "", f"refused a request: {text}")
+            self._not_served("protocol")
+            _reply(conn, ST_VERSION, 0, text.encode())
+            return _ANSWERED
         except _TooLarge as exc:
-            _log(self.log_fd, "", f"refused a request of {exc} bytes: over the limit")
+            _log(self.log, "", f"refused a request of {exc} bytes: over the limit")
+            self._not_served("too-large")
             err = CNIError(ERR_IO_FAILURE, f"request of {exc} bytes exceeds the cni-skel "
                            f"worker's limit of {MAX_REQUEST_BYTES} bytes")
             out, code = error_answer(err, None)
             _reply(conn, ST_DONE, code, out)
             return _ANSWERED
         except (OSError, ValueError) as exc:
-            _log(self.log_fd, "", f"bad request: {type(exc).__name__}: {exc}")
+            _log(self.log, "", f"bad request: {type(exc).__name__}: {exc}")
+            self._not_served("bad-request")
             _reply(conn, ST_BAD, 0, str(exc).encode())
             return _ANSWERED
         try:
-            return self._serve_request(conn, fields, fds, peer_pid)
+            return self._serve_request(conn, fields, fds, peer_pid, version)
         finally:
             for fd in fds:
                 with contextlib.suppress(OSError):
@@ -682,71 +879,132 @@ class WorkerChild:
             return conn
 
     def _serve_request(self, conn: socket.socket, fields: list[bytes], fds: list[int],
-                       peer_pid: int = 0) -> int:
+                       peer_pid: int = 0, version: int = PROTOCOL_VERSION) -> int:
         kind = fields[0]
         if kind == KIND_PING:
-            text = (f"cni-skel worker {__version__} pid {os.getppid()} on {self.path}; "
-                    f"warm plugins: {', '.join(sorted(self.plugins)) or 'none'}")
-            conn.sendall(encode_reply(ST_PONG, 0, text.encode()))
+            conn.sendall(encode_reply(ST_PONG, 0, json.dumps(self.about).encode()))
             return _ANSWERED
         try:
-            if kind != KIND_RUN or len(fields) != RUN_FIELDS or len(fds) != 3:
+            want = RUN_FIELDS_BY_VERSION[version]
+            fd_counts = (3,) if version == 1 else (3, 4)
+            if kind != KIND_RUN or len(fields) != want or len(fds) not in fd_counts:
                 raise ValueError(f"unknown request {kind[:20]!r} with {len(fields)} fields, "
-                                 f"{len(fds)} fds")
+                                 f"{len(fds)} fds (protocol {version})")
             # fields[2], the launcher's pythonpath, is for its own one-shot runs only.
-            _, ref_b, _, cwd_b, umask_b, env_b, stdin = fields
+            _, ref_b, _, cwd_b, umask_b, env_b, stdin = fields[:7]
+            launcher = fields[7].decode("utf-8", "replace")[:64] if version >= 2 \
+                else "protocol 1"
             ref = ref_b.decode()
             umask = int(umask_b or b"18") & 0o777
         except (ValueError, UnicodeDecodeError) as exc:
-            _log(self.log_fd, "", f"bad request: {exc}")
+            _log(self.log, "", f"bad request: {exc}")
+            self._not_served("bad-request")
             _reply(conn, ST_BAD, 0, str(exc).encode())
             return _ANSWERED
         start = time.monotonic()
         env = dict(item.split(b"=", 1) for item in env_b.split(b"\0") if b"=" in item)
-        cid = env.get(b"CNI_CONTAINERID", b"").decode("utf-8", "replace")[:_FIELD_MAX]
-        cmd = env.get(b"CNI_COMMAND", b"").decode("utf-8", "replace")[:_FIELD_MAX]
-        version = _config_version(stdin)
+
+        def field(name: bytes) -> str:
+            return env.get(name, b"").decode("utf-8", "replace")[:_FIELD_MAX]
+
+        cid, cmd, netns = field(b"CNI_CONTAINERID"), field(b"CNI_COMMAND"), field(b"CNI_NETNS")
+        version_s = _config_version(stdin)
         with contextlib.suppress(OSError):
             self.info_w.send(b"\0".join([_REPORT_REQUEST, *(
                 v.encode("utf-8", "replace").replace(b"\0", b" ")[:_FIELD_MAX]
-                for v in (cid, cmd, ref, version))]))
+                for v in (cid, cmd, ref, version_s, netns))]))
+        plugin = self.plugins.get(ref)
+        line = _RequestLine(self.log, cid, cmd, getattr(plugin, "name", None) or ref, netns,
+                            launcher, start, self._report_done)
 
         # Who is calling decides before anything of the request is acted on.
         try:
             own, peer = _caller_caps(peer_pid)
         except _Refused as exc:
-            why = f"{exc}; the launcher runs it one-shot, with the caller's own privileges"
-            _log(self.log_fd, cid, f"{cmd} {ref[:_FIELD_MAX]}: refused, {why}")
+            why = f"{exc}; the launcher falls back by its install (one-shot or code 11)"
+            line.write("refused", why)
             _reply(conn, ST_REFUSED, 0, why.encode())
             return _ANSWERED
-        plugin = self.plugins.get(ref)
         if plugin is None:
             why = (f"plugin {ref[:_FIELD_MAX]!r} is not served by this worker (serving: "
                    f"{', '.join(sorted(self.plugins)) or 'none'}; add it with --preload)")
-            _log(self.log_fd, cid, f"{cmd}: unknown plugin: {why}")
+            line.write("unknown-plugin", why)
             _reply(conn, ST_UNKNOWN, 0, why.encode())
             return _ANSWERED
 
-        _enter_namespaces(fds)
-        if peer != own:
+        _enter_namespaces(fds, self.mount_namespace)
+        target = _caps_within(peer, own)
+        if target != own:
             try:
-                _drop_caps(peer, own)
-            except OSError as exc:  # nothing ran yet: the launcher runs it itself
-                _log(self.log_fd, cid, f"{cmd} {ref}: refused, cannot take the launcher's "
-                                       f"capabilities ({exc}); the launcher runs it one-shot")
+                _drop_caps(target, own)
+            except OSError as exc:  # nothing ran yet: the launcher falls back
+                line.write("refused", f"cannot take the launcher's capabilities ({exc})")
                 _reply(conn, ST_REFUSED, 0, str(exc).encode())
                 return _ANSWERED
+        if len(fds) > 3 and netns:
+            hand_over_netns(netns, fds[3])
         _enter_process_context(fds[2], os.fsdecode(cwd_b), umask, env)
-        out, code = _dispatch(plugin, stdin, InProcessExec(self.plugins, self.ident, self.log_fd,
-                                                           cid))
+        out, code = _dispatch(plugin, stdin, InProcessExec(self.plugins, self.ident, self.log,
+                                                           cid, self._report_done))
         try:
             conn.sendall(encode_reply(ST_DONE, code, out))
         except OSError as exc:
-            _log(self.log_fd, cid, f"{cmd} {ref}: exit {code}, but the launcher is gone ({exc})")
+            line.write(f"exit={code}", f"the launcher is gone ({exc})", out)
             return _CLIENT_GONE
-        _log(self.log_fd, cid, f"{cmd} {ref} exit {code}{_error_code(out, code)} "
-                               f"{(time.monotonic() - start) * 1e3:.1f} ms")
+        line.write(f"exit={code}", "", out)
         return _ANSWERED
+
+
+class _RequestLine:
+    """The one log line a request gets (logfmt): time, container ID, verb,
+    plugin, netns, launcher, outcome, duration in ms, and the error's code
+    and msg when it failed. ``report``: also called with (plugin, verb,
+    outcome, code, seconds) for the parent's metrics."""
+
+    def __init__(self, log: LogSink, cid: str, cmd: str, plugin: str, netns: str,
+                 launcher: str, start: float, report: Any = None) -> None:
+        self.log, self.start, self.report = log, start, report
+        self.plugin, self.verb = plugin, cmd or "-"
+        self.fields = [("cid", cid or "-"), ("verb", self.verb), ("plugin", plugin),
+                       ("netns", netns or "-"), ("launcher", launcher)]
+
+    def write(self, outcome: str, note: str = "", out: bytes = b"") -> None:
+        seconds = time.monotonic() - self.start
+        parts = [f"{k}={_logfmt(v)}" for k, v in self.fields]
+        parts.append(outcome if "=" in outcome else f"outcome={outcome}")
+        parts.append(f"ms={seconds * 1e3:.1f}")
+        code, msg = _error_of(out)
+        if code is not None:
+            parts += [f"code={code}", f"msg={_logfmt(msg)}"]
+        if note:
+            parts.append(f"note={_logfmt(note)}")
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.log.write(f"cni-skel worker[{os.getpid()}]: time={stamp} {' '.join(parts)}\n")
+        if self.report is not None:
+            answered = outcome.startswith("exit=")
+            label = str(code) if code is not None else "0" if outcome == "exit=0" else "none"
+            self.report(self.plugin, self.verb, "answered" if answered else outcome,
+                        label if answered else "", seconds)
+
+
+def _logfmt(value: Any) -> str:
+    text = str(value)
+    if text and all(c.isprintable() and c not in ' "=\\' for c in text):
+        return text
+    return json.dumps(text)
+
+
+def _error_of(out: bytes) -> tuple[int | None, str]:
+    """(code, msg) of an Error object on stdout; (None, "") for anything else."""
+    if not out or b'"code"' not in out:
+        return None, ""
+    try:
+        doc = json.loads(out)
+    except ValueError:
+        return None, ""
+    if isinstance(doc, dict) and isinstance(doc.get("code"), int):
+        return doc["code"], str(doc.get("msg", ""))[:1000]
+    return None, ""
 
 
 class InProcessExec(SubprocessExec):
@@ -758,11 +1016,12 @@ class InProcessExec(SubprocessExec):
     other executable (a Go plugin, another worker's launcher) is exec'd.
     """
 
-    def __init__(self, plugins: dict[str, Any], ident: tuple[int, int], log_fd: int,
-                 cid: str) -> None:
+    def __init__(self, plugins: dict[str, Any], ident: tuple[int, int], log: LogSink,
+                 cid: str, report: Any = None) -> None:
+        self.report = report  # (plugin, verb, outcome, code, seconds) for the metrics
         self.plugins = plugins  # ref -> plugin class, what this worker serves
         self.ident = ident  # (st_dev, st_ino) of this worker's socket
-        self.log_fd = log_fd
+        self.log = log
         self.cid = cid  # for the log line
 
     def run(self, plugin_path: str, command: str, stdin_data: bytes, env: Any, *,
@@ -781,9 +1040,10 @@ class InProcessExec(SubprocessExec):
         except BaseException as exc:  # as a crashing delegate process: exit 1, no JSON
             captured.write(f"{ref}: {type(exc).__name__}: {exc}\n")
             out, code = b"", 1
-        _log(self.log_fd, self.cid, f"{command} {ref} exit {code}{_error_code(out, code)} "
-                                    f"{(time.monotonic() - start) * 1e3:.1f} ms "
-                                    "(delegated, in-process)")
+        _RequestLine(self.log, self.cid, command, getattr(cls, "name", None) or ref,
+                     env.get("CNI_NETNS", ""), "delegated in-process", start,
+                     self.report).write(
+            f"exit={code}", "", out)
         return plugin_outcome(os.path.basename(plugin_path), code, out,
                               captured.getvalue().encode(), stderr)
 
@@ -807,8 +1067,8 @@ class _Refused(Exception):
 def _caller_caps(peer_pid: int) -> tuple[dict[str, int], dict[str, int]]:
     """Our and the caller's capability sets (``peer_pid``: root by
     SO_PEERCRED), when the caller may be served. Raises `_Refused` when we
-    cannot read its sets, it lacks `REQUIRED_CAPS`, or it holds
-    capabilities we lack."""
+    cannot read its sets (no shared PID namespace: a DaemonSet needs
+    hostPID), or it or the worker lacks `REQUIRED_CAPS`."""
     try:
         own, peer = _caps("self"), _caps(peer_pid)
     except (OSError, ValueError) as exc:
@@ -817,9 +1077,9 @@ def _caller_caps(peer_pid: int) -> tuple[dict[str, int], dict[str, int]]:
     missing = [name for bit, name in REQUIRED_CAPS.items() if not peer["CapEff"] >> bit & 1]
     if missing:
         raise _Refused(f"the caller (pid {peer_pid}) lacks {' and '.join(missing)}")
-    beyond = _caps_beyond(peer, own)
-    if beyond:
-        raise _Refused(f"the caller holds capabilities this worker lacks ({beyond})")
+    missing = [name for bit, name in REQUIRED_CAPS.items() if not own["CapEff"] >> bit & 1]
+    if missing:
+        raise _Refused(f"this worker lacks {' and '.join(missing)}")
     return own, peer
 
 
@@ -830,10 +1090,16 @@ def _reply(conn: socket.socket, status: int, exit_code: int, out: bytes) -> None
         conn.sendall(encode_reply(status, exit_code, out))
 
 
-def _read_request(conn: socket.socket, deadline: float) -> tuple[list[bytes], list[int]]:
-    """One request: (fields, received fds), all of it before ``deadline``
-    (monotonic). Raises `_TooLarge` (its length) past
-    `MAX_REQUEST_BYTES`, ValueError/OSError (TimeoutError) otherwise."""
+class _OtherVersion(Exception):
+    """A request in a protocol version this worker does not serve."""
+
+
+def _read_request(conn: socket.socket, deadline: float) -> tuple[int, list[bytes], list[int]]:
+    """One request: (protocol version, fields, received fds), all of it
+    before ``deadline`` (monotonic). Raises `_OtherVersion` (its version)
+    for a version outside `SERVED_VERSIONS` and `_TooLarge` (its length)
+    past `MAX_REQUEST_BYTES`, both without reading the body;
+    ValueError/OSError (TimeoutError) otherwise."""
     fds: list[int] = []
 
     def recv_some(n: int) -> bytes:
@@ -856,7 +1122,9 @@ def _read_request(conn: socket.socket, deadline: float) -> tuple[list[bytes], li
             if not more:
                 raise ValueError("truncated request header")
             data += more
-        length = request_length(data)
+        version, length = request_header(data)
+        if version not in SERVED_VERSIONS:
+            raise _OtherVersion(version)
         if length > MAX_REQUEST_BYTES:
             raise _TooLarge(length)
         body = bytearray()
@@ -876,7 +1144,7 @@ def _read_request(conn: socket.socket, deadline: float) -> tuple[list[bytes], li
         for fd in fds:
             os.close(fd)
         raise
-    return fields, fds
+    return version, fields, fds
 
 
 def _rehearse(plugins: dict[str, Any]) -> None:
@@ -901,11 +1169,14 @@ def _config_version(stdin: bytes) -> str:
     return v if v in ALL_VERSIONS else ""
 
 
-def _enter_namespaces(fds: list[int]) -> None:
-    """Enter the launcher's mount and network namespaces (``fds[0:2]``);
-    nothing else of the request is touched before the capabilities drop."""
+def _enter_namespaces(fds: list[int], mount_namespace: str = "caller") -> None:
+    """Enter the launcher's network namespace (``fds[0]``) and, with
+    ``mount_namespace`` "caller", its mount namespace (``fds[1]``); "own"
+    keeps the worker's (a container's: the pod's namespace then comes as
+    ``fds[3]``). Nothing else of the request is touched before the
+    capabilities drop."""
     net_fd, mnt_fd = fds[0], fds[1]
-    if not _same_file(mnt_fd, "/proc/self/ns/mnt"):
+    if mount_namespace == "caller" and not _same_file(mnt_fd, "/proc/self/ns/mnt"):
         setns(mnt_fd, CLONE_NEWNS)  # resets cwd and root to the namespace's
     if not _same_file(net_fd, "/proc/self/ns/net"):
         setns(net_fd, CLONE_NEWNET)
@@ -947,24 +1218,30 @@ def _dispatch(plugin: Any, stdin: bytes, exec: InProcessExec) -> tuple[bytes, in
     return out, code
 
 
-def _error_code(out: bytes, code: int) -> str:
-    if code == 0 or not out:
-        return ""
-    try:
-        return f" (code {json.loads(out).get('code')})"
-    except Exception:
-        return ""
-
-
-def serve(socket_path: str = DEFAULT_SOCKET, refs: list[str] | None = None, *,
-          drain_timeout: float = 30.0, spares: int = 2,
-          request_timeout: float = REQUEST_TIMEOUT, run_timeout: float = RUN_TIMEOUT) -> int:
-    """Run a `Worker` in this process (see there); returns an exit status."""
-    return Worker(socket_path, refs, drain_timeout=drain_timeout, spares=spares,
-                  request_timeout=request_timeout, run_timeout=run_timeout).serve()
+def serve(socket_path: str = DEFAULT_SOCKET, refs: list[str] | None = None,
+          **options: Any) -> int:
+    """Run a `Worker` in this process (``options``: its keyword arguments,
+    see there); returns an exit status."""
+    return Worker(socket_path, refs, **options).serve()
 
 
 def check(socket_path: str = DEFAULT_SOCKET, timeout: float = 5.0) -> tuple[bool, str]:
     """Does a worker answer on ``socket_path``? ``(True, its description)``
     or ``(False, why not)``."""
-    return ping(socket_path, timeout)
+    ok, text = ping(socket_path, timeout)
+    return ok, describe(text) if ok else text
+
+
+def describe(pong: str) -> str:
+    """A worker's ping answer (`Worker.about`, JSON) in one line."""
+    try:
+        about = json.loads(pong)
+        up = max(0, int(time.time() - about["started"]))
+        versions = about["protocol"]
+        return (f"cni-skel {about['version']}, pid {about['pid']}, up {up // 3600}h"
+                f"{up // 60 % 60:02d}m{up % 60:02d}s, protocol {versions[0]}-{versions[-1]}, "
+                f"{'systemd socket, ' if about['systemdSocket'] else ''}"
+                f"mount namespace {about['mountNamespace']}; plugins: "
+                + ", ".join(ref.rpartition(":")[2] for ref in about["plugins"]))
+    except (ValueError, KeyError, TypeError, IndexError):
+        return pong

@@ -23,7 +23,7 @@ from cni_skel.sysctl import write_sysctl
 from cni_skel.types import Interface, Result, Route, check_expressible
 
 from .config import BridgeArgs, BridgeConf
-from .rules import Masquerade, SpoofCheck, apply
+from .rules import MASQ_FAMILY, SPOOF_FAMILY, TABLE, Masquerade, SpoofCheck, apply
 
 __all__ = ["Bridge"]
 
@@ -260,6 +260,21 @@ class Bridge(Plugin):
     ``cni.dev/valid-attachments``. STATUS (1.1.0): IPAM STATUS; 50 when
     nftables is needed (ipMasq/macspoofchk) and not usable.
     """
+
+    @classmethod
+    def node_state(cls) -> list[str]:
+        """Its nftables tables (masquerade, MAC spoof check) in this network
+        namespace, when they exist (`cni_skel.skel.Plugin.node_state`)."""
+        lines = []
+        for family in sorted({MASQ_FAMILY, SPOOF_FAMILY}):
+            try:
+                table = Nft().table(family, TABLE)
+            except (NftError, OSError) as exc:
+                lines.append(f"cannot list nftables table {family} {TABLE}: {exc}")
+                continue
+            if table is not None:
+                lines.append(f"nftables table {family} {TABLE} (rules of pods still attached)")
+        return lines
 
     name = "bridge"
     about = "CNI bridge plugin (cni-skel)"

@@ -62,7 +62,7 @@ from typing import Any
 
 from cni_skel.nft import Nft, NftError, Table, network_tag
 
-__all__ = ["Masquerade", "SpoofCheck", "apply"]
+__all__ = ["MASQ_FAMILY", "SPOOF_FAMILY", "TABLE", "Masquerade", "SpoofCheck", "apply"]
 
 TABLE = "cni_skel_bridge"
 MASQ_FAMILY = "inet"

@@ -21,6 +21,8 @@ lists the directory anyway.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Callable
 from ipaddress import ip_interface
 
@@ -47,7 +49,7 @@ from .config import (
     load_ipam,
     parse_resolv_conf,
 )
-from .store import Scan, Store
+from .store import DEFAULT_DATA_DIR, Scan, Store
 
 __all__ = ["HostLocal"]
 
@@ -219,6 +221,21 @@ class HostLocal(Plugin):
     GC (1.1.0): release allocations not in ``cni.dev/valid-attachments``.
     STATUS (1.1.0): 50 when the store is not writable or a set is exhausted.
     """
+
+    @classmethod
+    def node_state(cls) -> list[str]:
+        """Address files in the default store (/var/lib/cni/networks), per
+        network (`cni_skel.skel.Plugin.node_state`)."""
+        lines = []
+        with contextlib.suppress(OSError):
+            for network in sorted(os.listdir(DEFAULT_DATA_DIR)):
+                d = os.path.join(DEFAULT_DATA_DIR, network)
+                with contextlib.suppress(OSError):
+                    n = sum(1 for f in os.listdir(d)
+                            if f != "lock" and not f.startswith("last_reserved_ip."))
+                    if n:
+                        lines.append(f"{n} address reservation(s) in {d}")
+        return lines
 
     name = "host-local"
     about = "CNI host-local IPAM plugin (cni-skel)"

@@ -471,6 +471,17 @@ class PortMap(Plugin):
     change of conditions. STATUS (1.1.0): 50 when nftables can not be used.
     """
 
+    @classmethod
+    def node_state(cls) -> list[str]:
+        """Its nftables table in this network namespace, when it exists
+        (`cni_skel.skel.Plugin.node_state`)."""
+        try:
+            table = Nft().table(L.FAMILY, L.TABLE)
+        except (NftError, OSError) as exc:
+            return [f"cannot list nftables table {L.FAMILY} {L.TABLE}: {exc}"]
+        return [] if table is None else [f"nftables table {L.FAMILY} {L.TABLE} (port mappings "
+                                         "of pods still attached)"]
+
     name = "portmap"
     about = "CNI portmap plugin (cni-skel, nftables)"
     config_model = PortMapConf

@@ -271,6 +271,16 @@ class Tuning(Plugin):
     MACs are compared normalised; GC exists.
     """
 
+    @classmethod
+    def node_state(cls) -> list[str]:
+        """Saved link settings in the default data dir (/run/cni/tuning)
+        (`cni_skel.skel.Plugin.node_state`)."""
+        try:
+            n = len(os.listdir(DEFAULT_DATA_DIR))
+        except OSError:
+            return []
+        return [f"{n} saved link setting file(s) in {DEFAULT_DATA_DIR}"] if n else []
+
     name = "tuning"
     about = "CNI tuning plugin (cni-skel)"
     config_model = TuningConf

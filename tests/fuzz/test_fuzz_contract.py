@@ -404,7 +404,7 @@ class Rig:
         ok, why = launcher.ping(self.worker.sock, 10.0)
         if not ok:
             return f"the suite's worker does not answer ping: {why}"
-        if f" pid {self.worker.proc.pid} " not in why:
+        if json.loads(why).get("pid") != self.worker.proc.pid:
             return f"another process answers on the worker's socket: {why}"
         return None
 

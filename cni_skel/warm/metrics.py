@@ -1,0 +1,132 @@
+"""Prometheus metrics of ``cni-skel worker`` (``--metrics-address``).
+
+The worker's parent keeps them (prometheus_client, its own registry) and
+serves them over HTTP from a thread; children report each request's outcome
+to the parent (`cni_skel.warm.server`), so nothing here runs in a child.
+
+Metrics (all prefixed ``cni_skel_``):
+
+* ``requests_total{plugin,verb,code}``: requests answered, ``code`` the
+  spec error code of the answer ("0": success);
+* ``not_served_total{reason}``: requests the worker did not run
+  (``refused``, ``unknown-plugin``, ``bad-request``, ``protocol``,
+  ``too-large``): the launcher fell back by its install;
+* ``request_duration_seconds{plugin,verb}``: histogram of the time from the
+  request's arrival to its answer;
+* ``requests_in_flight``, ``children{state="idle"|"busy"}``;
+* ``child_deaths_total{during="request"|"idle"}``: children that ended
+  without answering (a request's are answered code 11);
+* ``launcher_fallbacks_total``: one-shot fallbacks launchers logged in the
+  socket directory's fallback log (`cni_skel.warm.protocol.FALLBACK_LOG`);
+* ``worker_info{version,protocol}`` (1) and ``worker_start_time_seconds``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily
+
+from .. import __version__
+from .protocol import FALLBACK_LOG, FALLBACK_LOG_MAX, SERVED_VERSIONS
+
+__all__ = ["Metrics", "parse_address"]
+
+#: Seconds: a warm request takes milliseconds; one-shot-like stalls show up
+#: in the upper buckets.
+BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``"HOST:PORT"``, ``"[V6]:PORT"`` or ``":PORT"`` (all addresses) ->
+    (host, port). Raises ValueError naming the bad part."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{text!r}: expected HOST:PORT (port 1-65535)")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    return host or "0.0.0.0", int(port)
+
+
+class _Fallbacks:
+    """``launcher_fallbacks_total``, counted from the fallback log at scrape
+    time (launchers append a line each; the worker may not have been up)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def collect(self) -> Any:
+        metric = CounterMetricFamily(
+            "cni_skel_launcher_fallbacks",
+            f"One-shot fallbacks launchers logged in {self.path} (capped at "
+            f"{FALLBACK_LOG_MAX} bytes)")
+        try:
+            with open(self.path, "rb") as fp:
+                count = fp.read(FALLBACK_LOG_MAX + 4096).count(b"\n")
+        except OSError:
+            count = 0
+        metric.add_metric([], count)
+        yield metric
+
+
+class Metrics:
+    """The worker's metrics; `start` serves them on ``(host, port)``."""
+
+    def __init__(self, socket_path: str) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter("cni_skel_requests", "Requests answered, by spec error "
+                                "code (0: success)", ["plugin", "verb", "code"], registry=r)
+        self.not_served = Counter("cni_skel_not_served", "Requests the worker did not run",
+                                  ["reason"], registry=r)
+        self.duration = Histogram("cni_skel_request_duration_seconds", "Request arrival to "
+                                  "answer", ["plugin", "verb"], buckets=BUCKETS, registry=r)
+        self.in_flight = Gauge("cni_skel_requests_in_flight", "Requests being served",
+                               registry=r)
+        self.children = Gauge("cni_skel_children", "Pre-forked children", ["state"], registry=r)
+        self.deaths = Counter("cni_skel_child_deaths", "Children that ended without "
+                              "answering", ["during"], registry=r)
+        info = Gauge("cni_skel_worker_info", "The worker's version and the launcher "
+                     "protocols it serves", ["version", "protocol"], registry=r)
+        info.labels(__version__, f"{SERVED_VERSIONS[0]}-{SERVED_VERSIONS[-1]}").set(1)
+        Gauge("cni_skel_worker_start_time_seconds", "Unix time the worker started",
+              registry=r).set(time.time())
+        r.register(_Fallbacks(os.path.join(os.path.dirname(socket_path), FALLBACK_LOG)))
+        self.server: Any = None
+
+    def start(self, address: str) -> None:
+        """Serve ``/metrics`` on ``address`` (`parse_address`) from a thread.
+        Raises ValueError (bad address) or OSError (cannot listen)."""
+        host, port = parse_address(address)
+        self.server, _ = start_http_server(port, host, registry=self.registry)
+
+    def close_in_child(self) -> None:
+        """In a forked child: let go of the listening socket (the thread is
+        not there)."""
+        if self.server is not None:
+            self.server.socket.close()
+
+    def observe(self, plugin: str, verb: str, outcome: str, code: str, seconds: float) -> None:
+        """One request's report: ``outcome`` "answered" (``code`` the answer's
+        spec error code, "0" for success) or why it was not served."""
+        if outcome == "answered":
+            self.requests.labels(plugin, verb, code).inc()
+            self.duration.labels(plugin, verb).observe(seconds)
+        else:
+            self.not_served.labels(outcome).inc()
+
+    def crashed(self, plugin: str, verb: str, seconds: float) -> None:
+        """A child died in a request; the worker answered it code 11."""
+        self.deaths.labels("request").inc()
+        self.requests.labels(plugin, verb, "11").inc()
+        self.duration.labels(plugin, verb).observe(seconds)
+
+    def idle_death(self) -> None:
+        self.deaths.labels("idle").inc()
+
+    def set_children(self, idle: int, busy: int) -> None:
+        self.children.labels("idle").set(idle)
+        self.children.labels("busy").set(busy)
+        self.in_flight.set(busy)
