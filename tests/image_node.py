@@ -1,8 +1,7 @@
 """The node image's DaemonSet, run the way kubelet runs it (tests/test_image.py).
 
-- `load_yaml`: the small YAML subset deploy/*.yaml is written in (block
-  mappings and sequences, JSON-style flow lists, scalars, comments), so the
-  test runs exactly what the manifest says without a YAML dependency.
+- `load_yaml`: deploy/*.yaml (PyYAML), so the test runs exactly what the
+  manifest says.
 - `DaemonSetPod`: the DaemonSet's pod on a `containerd_node.ContainerdNode`
   through CRI, translated as kubelet translates a pod spec: hostNetwork /
   hostPID -> NODE namespaces, hostPath volumes (DirectoryOrCreate made first,
@@ -32,6 +31,7 @@ import time
 from typing import Any
 
 import grpc
+import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -47,89 +47,10 @@ READONLY_PATHS = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysr
 PACKAGES = ("mmdebstrap", "buildah")
 
 
-# -- YAML subset ---------------------------------------------------------------
-
-def _scalar(text: str) -> Any:
-    text = text.strip()
-    if text.startswith(("[", "{", '"')):
-        return json.loads(text)
-    if text.startswith("'") and text.endswith("'"):
-        return text[1:-1].replace("''", "'")
-    if text in ("true", "false"):
-        return text == "true"
-    if text in ("null", "~", ""):
-        return None
-    if re.fullmatch(r"-?\d+", text):
-        return int(text)
-    return text
-
-
-def _strip_comment(line: str) -> str:
-    out, quote = [], ""
-    for i, c in enumerate(line):
-        if quote:
-            quote = "" if c == quote else quote
-        elif c in "\"'":
-            quote = c
-        elif c == "#" and (i == 0 or line[i - 1] in " \t"):
-            break
-        out.append(c)
-    return "".join(out).rstrip()
-
-
 def load_yaml(path: str) -> Any:
-    """One document of the block-style YAML subset deploy/ uses."""
-    lines = []
+    """One YAML document (deploy/*.yaml), as kubectl reads it."""
     with open(path) as f:
-        for raw in f:
-            line = _strip_comment(raw.rstrip("\n"))
-            if line.strip() and line.strip() != "---":
-                lines.append((len(line) - len(line.lstrip(" ")), line.strip()))
-    value, pos = _block(lines, 0, lines[0][0] if lines else 0)
-    if pos != len(lines):
-        raise ValueError(f"{path}: cannot parse line {lines[pos][1]!r}")
-    return value
-
-
-def _block(lines: list[tuple[int, str]], pos: int, indent: int) -> tuple[Any, int]:
-    if (pos < len(lines) and lines[pos][1].startswith("- ")) or \
-            (pos < len(lines) and lines[pos][1] == "-"):
-        out: list[Any] = []
-        while pos < len(lines) and lines[pos][0] == indent and lines[pos][1][:1] == "-" \
-                and lines[pos][1][1:2] in ("", " "):
-            rest = lines[pos][1][1:].lstrip(" ")
-            if not rest:
-                item, pos = _block(lines, pos + 1, lines[pos + 1][0])
-            elif re.match(r"^[\w./-]+:(\s|$)", rest):
-                # "- key: value" opens a mapping indented at the key's column
-                col = indent + len(lines[pos][1]) - len(rest)
-                sub = [(col, rest)]
-                j = pos + 1
-                while j < len(lines) and lines[j][0] >= col:
-                    sub.append(lines[j])
-                    j += 1
-                item, used = _block(sub, 0, col)
-                assert used == len(sub), sub[used]
-                pos = j
-            else:
-                item, pos = _scalar(rest), pos + 1
-            out.append(item)
-        return out, pos
-    mapping: dict[str, Any] = {}
-    while pos < len(lines) and lines[pos][0] == indent:
-        m = re.match(r"^([\w./-]+):(?:\s+(.*))?$", lines[pos][1])
-        if not m:
-            raise ValueError(f"not a mapping entry: {lines[pos][1]!r}")
-        key, rest = m.group(1), m.group(2)
-        pos += 1
-        if rest is not None and rest != "":
-            mapping[key] = _scalar(rest)
-        elif pos < len(lines) and (lines[pos][0] > indent or
-                                   (lines[pos][0] == indent and lines[pos][1][:2] == "- ")):
-            mapping[key], pos = _block(lines, pos, lines[pos][0])
-        else:
-            mapping[key] = None
-    return mapping, pos
+        return yaml.safe_load(f)
 
 
 def daemonset() -> dict:
