@@ -25,12 +25,11 @@ from __future__ import annotations
 import inspect
 import os
 import subprocess
-import sys
 import time
 
 from cni_skel.harness import SocketActivation
 from cni_skel.warm.client import ping
-from cni_skel.warm.install import plugin_registry, systemd_units, write_executable, write_units
+from cni_skel.warm.install import plugin_registry, write_executable
 
 GO_BIN = "/usr/lib/cni"
 PLUGINS = ("bridge", "host-local", "loopback", "portmap", "tuning")
@@ -143,11 +142,10 @@ class WarmMode(OneShotMode):
     def install(self, work_dir: str) -> None:
         super().install(work_dir)
         sock = self.worker_socket(work_dir)
-        units = os.path.join(work_dir, "warm", "units")
-        write_units(units, systemd_units(sys.executable, sock, None))
         try:
-            self.activation = SocketActivation(units, os.path.join(work_dir, "warm",
-                                                                   "worker.log"))
+            self.activation = SocketActivation.install(
+                os.path.join(work_dir, "warm", "units"), sock,
+                os.path.join(work_dir, "warm", "worker.log"))
         except RuntimeError as exc:
             raise ModeUnavailable(str(exc)) from None
         start = time.monotonic()

@@ -40,7 +40,7 @@ from .netns import NetNS
 from .runtime import NetworkConfigList, Runtime, RuntimeConf, describe_error
 from .types import Result
 from .version import ALL_VERSIONS, parse_version
-from .warm.install import plugin_registry, systemd_units, write_executable, write_units
+from .warm.install import plugin_registry, write_executable
 
 __all__ = ["DEMO_BRIDGE", "DEMO_HOST_PORT", "DEMO_POD_PORT", "DEMO_SUBNET", "DEMO_TYPES",
            "DemoFailure", "demo_conflist", "pick_version", "run_demo"]
@@ -256,10 +256,8 @@ def _plugins(plugin_dir: str | None, tmp: str, say: _Report, mode: str,
         write_executable(bin_dir, ptype, registry[ptype], force=True, worker_socket=sock,
                          fallback="none")
     units = os.path.join(tmp, "units")
-    write_units(units, systemd_units(sys.executable, sock, None))
-    log = os.path.join(tmp, "worker.log")
     try:
-        activation = SocketActivation(units, log)
+        activation = SocketActivation.install(units, sock, os.path.join(tmp, "worker.log"))
     except RuntimeError as exc:
         raise DemoFailure(f"{exc}; or run `cni-skel demo --one-shot`") from None
     stack.callback(_stop_worker, activation, say, verbose)

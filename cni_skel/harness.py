@@ -34,7 +34,13 @@ from pyroute2 import netns as ip_netns
 from .errors import CNIError
 from .netns import NetNS
 from .nft import Nft, Table
-from .warm.install import SERVICE_UNIT, SOCKET_UNIT, write_executable
+from .warm.install import (
+    SERVICE_UNIT,
+    SOCKET_UNIT,
+    systemd_units,
+    write_executable,
+    write_units,
+)
 from .warm.protocol import DEFAULT_SOCKET, REQUIRED_ENV
 
 __all__ = [
@@ -355,6 +361,15 @@ class SocketActivation:
                                         daemon=True)
         self._thread.start()
         self._spawned.wait(10)
+
+    @classmethod
+    def install(cls, unit_dir: str, socket_path: str, log_path: str,
+                **options: Any) -> SocketActivation:
+        """Write the units ``cni-skel install`` writes for ``socket_path`` (this
+        interpreter, no idle exit) into ``unit_dir`` and run them
+        (``options``: see the class)."""
+        write_units(unit_dir, systemd_units(sys.executable, socket_path, None))
+        return cls(unit_dir, log_path, **options)
 
     def _spawn(self) -> subprocess.Popen:
         # The socket as fd 3 and LISTEN_PID the activator's own pid (it execs

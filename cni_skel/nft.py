@@ -59,6 +59,7 @@ __all__ = [
     "lookup",
     "network_tag",
     "nft_status",
+    "table_state",
 ]
 
 class NftError(CNIError):
@@ -212,6 +213,17 @@ class Table:
             if (tags is not None and comment in tags) or (keep is not None and comment not in keep):
                 out.append(val)
         return out
+
+
+def table_state(family: str, name: str, what: str) -> str | None:
+    """One line for a report of what stays on a node (``Plugin.node_state``):
+    ``nftables table FAMILY NAME (WHAT)`` when the table exists in this
+    network namespace, why it cannot be listed, or None when it is absent."""
+    try:
+        table = Nft().table(family, name)
+    except (NftError, OSError) as exc:
+        return f"cannot list nftables table {family} {name}: {exc}"
+    return None if table is None else f"nftables table {family} {name} ({what})"
 
 
 def nft_status() -> None:

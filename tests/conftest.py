@@ -36,7 +36,7 @@ import pytest
 from cni_skel.harness import SocketActivation
 from cni_skel.warm import client as launcher
 from cni_skel.warm import protocol
-from cni_skel.warm.install import plugin_registry, systemd_units, write_executable, write_units
+from cni_skel.warm.install import plugin_registry, write_executable
 
 HERE = pathlib.Path(__file__).parent
 VECTORS = HERE / "vectors" / "go-reference-1.1.1"
@@ -127,8 +127,7 @@ class SuiteWorker:
         self.activation: SocketActivation | None = None
         if activated:
             units = os.path.join(os.path.dirname(log_path), "units")
-            write_units(units, systemd_units(sys.executable, sock, None))
-            self.activation = SocketActivation(units, log_path, env=env, extra_args=(
+            self.activation = SocketActivation.install(units, sock, log_path, env=env, extra_args=(
                 "--drain-timeout", "10", *extra, *args))
         else:
             self._proc = subprocess.Popen([*worker_command(), "worker", "--socket", sock,

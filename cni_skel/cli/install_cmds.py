@@ -28,7 +28,7 @@ from ..warm.install import (
     launcher_info,
     node_state,
     plugin_registry,
-    remove_executable,
+    remove_ours,
     systemctl,
     systemd_running,
     systemd_units,
@@ -162,13 +162,13 @@ def uninstall(bin_dir: str, systemd: bool, systemd_dir: str, names: tuple[str, .
         if present and systemd_running(systemd_dir):
             systemctl("disable", "--now", SOCKET_UNIT, SERVICE_UNIT)
         for unit in present:
-            removed = remove_executable(systemd_dir, unit)
+            removed = remove_ours(systemd_dir, unit)
             click.echo(f"removed {removed}" if removed else
                        f"left {os.path.join(systemd_dir, unit)}: not written by cni-skel")
         if present and systemd_running(systemd_dir):
             systemctl("daemon-reload")
     for name in chosen:
-        removed = remove_executable(bin_dir, name)
+        removed = remove_ours(bin_dir, name)
         if removed:
             click.echo(f"removed {removed}")
         elif os.path.lexists(os.path.join(bin_dir, name)):

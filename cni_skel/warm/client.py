@@ -47,7 +47,6 @@ from .protocol import (
     ERR_IO,
     ERR_NOT_AVAILABLE,
     ERR_TRY_AGAIN_LATER,
-    FALLBACK_LOG,
     FALLBACK_LOG_MAX,
     FALLBACK_NONE,
     FALLBACK_ONESHOT,
@@ -68,6 +67,7 @@ from .protocol import (
     ST_VERSION,
     decode_reply_header,
     encode_request,
+    fallback_log,
     status_name,
 )
 
@@ -451,38 +451,30 @@ def _try_again_later(msg, details, data, all_versions, current):
 
 def record_fallback(socket_path, ref, why):
     """Note a one-shot fallback: a warning on stderr naming the socket, and
-    a line in the fallback log beside the socket (`FALLBACK_LOG`) when its
+    a line in the fallback log beside the socket (`fallback_log`) when its
     directory exists and the log is under `FALLBACK_LOG_MAX` bytes."""
+    import contextlib
+    import time
+
     name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] not in ("", "-c") else ref
     cmd = os.environ.get("CNI_COMMAND", "") or "-"
-    with _suppress_os_error():
+    with contextlib.suppress(OSError):
         os.write(2, f"cni-skel: {name}: worker not reachable ({why}, socket {socket_path}); "
                     "running it one-shot\n".encode("utf-8", "replace"))
-    directory = os.path.dirname(socket_path)
-    if not directory:
+    path = fallback_log(socket_path)
+    if not path:
         return
-    with _suppress_os_error():
-        fd = os.open(os.path.join(directory, FALLBACK_LOG),
-                     os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
                      | os.O_NONBLOCK, 0o600)
         try:
             st = os.fstat(fd)
             if st.st_mode & 0o170000 == 0o100000 and st.st_size < FALLBACK_LOG_MAX:
-                import time
-
                 cid = os.environ.get("CNI_CONTAINERID", "")[:128] or "-"
                 line = f"{int(time.time())} {cmd} {ref} {cid} {why}".replace("\n", " ")
                 os.write(fd, (line[:1000] + "\n").encode("utf-8", "replace"))
         finally:
             os.close(fd)
-
-
-class _suppress_os_error:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, exc, tb):
-        return kind is not None and issubclass(kind, OSError)
 
 
 def _not_served(ref, pythonpath, why, data, path, all_versions, current,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from .. import __version__
 from .client import ping
 from .install import SERVICE_UNIT, SOCKET_UNIT, launcher_info
-from .protocol import FALLBACK_LOG, FALLBACK_NONE, PROTOCOL_VERSION
+from .protocol import FALLBACK_NONE, PROTOCOL_VERSION, fallback_log
 from .server import describe
 
 __all__ = ["Diagnosis", "diagnose"]
@@ -34,9 +34,8 @@ class Diagnosis:
 
 
 def _fallback_lines(socket_path: str) -> list[str]:
-    path = os.path.join(os.path.dirname(socket_path), FALLBACK_LOG)
     try:
-        with open(path, "rb") as fp:
+        with open(fallback_log(socket_path), "rb") as fp:
             lines = fp.read().decode("utf-8", "replace").splitlines()
     except OSError:
         return []

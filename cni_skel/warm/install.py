@@ -40,6 +40,7 @@ from importlib.metadata import entry_points
 
 from .. import __version__
 from ..skel import resolve_ref
+from ..state import atomic_write
 from ..version import ALL_VERSIONS, CURRENT_VERSION
 from . import protocol
 
@@ -57,7 +58,7 @@ __all__ = [
     "plugin_registry",
     "protocol_header",
     "python_argv",
-    "remove_executable",
+    "remove_ours",
     "systemctl",
     "systemd_running",
     "systemd_units",
@@ -139,13 +140,29 @@ def _sh_prelude(name: str, ref: str, python: str, flags: str) -> str:
     return line
 
 
+_baked_cache: dict[tuple[str, tuple[str, ...]], tuple[tuple[str, ...], str]] = {}
+
+
 def _baked(ref: str, pythonpath: list[str] | None) -> tuple[tuple[str, ...] | None, str | None]:
+    """See `_baked_for`; an answer is kept per ref and pythonpath (a native
+    launcher asks twice: for launcher.c and for the Python code it execs)."""
+    key = (ref, tuple(pythonpath or ()))
+    if key not in _baked_cache:
+        supported, about = _baked_for(*key)
+        if supported is None or about is None:
+            return None, None
+        _baked_cache[key] = supported, about
+    return _baked_cache[key]
+
+
+def _baked_for(ref: str, pythonpath: tuple[str, ...]) -> tuple[tuple[str, ...] | None,
+                                                                 str | None]:
     """The plugin's ``supported_versions`` and about text, for the
     executable's local answers to VERSION and to a call without
     CNI_COMMAND; ``(None, None)`` when it cannot be imported here (the
     executable then runs the plugin for them)."""
     saved = list(sys.path)
-    sys.path[:0] = pythonpath or []
+    sys.path[:0] = pythonpath
     try:
         plugin = resolve_ref(ref)
         return tuple(plugin.supported_versions), plugin.about_text()
@@ -486,14 +503,8 @@ def write_executable(bin_dir: str, name: str, ref: str, *, python: str | None = 
     """
     python = os.path.abspath(python or sys.executable)
     target = os.path.join(bin_dir, name)
-    if os.path.lexists(target) and not force:
-        try:
-            with open(target, "rb") as fp:
-                head = fp.read(512)
-        except OSError:
-            head = b""
-        if MARKER.encode() not in head and launcher_info(target) is None:
-            raise InstallError(
+    if os.path.lexists(target) and not force and not _ours(target):
+        raise InstallError(
                 f"{target} exists and was not written by cni-skel (use --force to replace it)")
     if launcher not in LAUNCHERS:
         raise InstallError(f"unknown launcher kind {launcher!r}: one of {', '.join(LAUNCHERS)}")
@@ -519,16 +530,7 @@ def write_executable(bin_dir: str, name: str, ref: str, *, python: str | None = 
                 else _launcher_script(ref, name, python, pythonpath, worker_socket, fallback))
         data = os.fsencode(text)
     os.makedirs(bin_dir, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=bin_dir)
-    try:
-        with os.fdopen(fd, "wb") as fp:
-            fp.write(data)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(target, data, 0o755)
     return target
 
 
@@ -620,19 +622,6 @@ Also={SOCKET_UNIT}
     return {SOCKET_UNIT: socket_text, SERVICE_UNIT: service_text}
 
 
-def _atomic_write(path: str, data: bytes, mode: int) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=os.path.dirname(path))
-    try:
-        with os.fdopen(fd, "wb") as fp:
-            fp.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def write_units(systemd_dir: str, units: dict[str, str], *, force: bool = False) -> list[str]:
     """Write ``units`` (`systemd_units`) into ``systemd_dir`` atomically;
     their paths.
@@ -648,7 +637,7 @@ def write_units(systemd_dir: str, units: dict[str, str], *, force: bool = False)
         if os.path.lexists(path) and not force and not _ours(path):
             raise InstallError(f"{path} exists and was not written by cni-skel "
                                "(use --force to replace it)")
-        _atomic_write(path, text.encode(), 0o644)
+        atomic_write(path, text.encode(), 0o644)
         paths.append(path)
     return paths
 
@@ -685,10 +674,11 @@ def systemctl(*args: str) -> tuple[bool, str]:
     return proc.returncode == 0, (proc.stdout + proc.stderr).strip()
 
 
-def remove_executable(bin_dir: str, name: str) -> str | None:
-    """Remove ``bin_dir/name`` if cni-skel wrote it; its path, or None when
-    there is nothing of ours (missing, or another program's: left alone)."""
-    path = os.path.join(bin_dir, name)
+def remove_ours(directory: str, name: str) -> str | None:
+    """Remove ``directory/name`` (an executable, a unit) if cni-skel wrote
+    it; its path, or None when there is nothing of ours (missing, or another
+    program's: left alone)."""
+    path = os.path.join(directory, name)
     if not os.path.lexists(path) or not _ours(path):
         return None
     os.unlink(path)

@@ -17,13 +17,12 @@ Metrics (all prefixed ``cni_skel_``):
 * ``child_deaths_total{during="request"|"idle"}``: children that ended
   without answering (a request's are answered code 11);
 * ``launcher_fallbacks_total``: one-shot fallbacks launchers logged in the
-  socket directory's fallback log (`cni_skel.warm.protocol.FALLBACK_LOG`);
+  socket directory's fallback log (`cni_skel.warm.protocol.fallback_log`);
 * ``worker_info{version,protocol}`` (1) and ``worker_start_time_seconds``.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -31,7 +30,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import CounterMetricFamily
 
 from .. import __version__
-from .protocol import FALLBACK_LOG, FALLBACK_LOG_MAX, SERVED_VERSIONS
+from .protocol import FALLBACK_LOG_MAX, SERVED_VERSIONS, fallback_log
 
 __all__ = ["Metrics", "parse_address"]
 
@@ -93,7 +92,7 @@ class Metrics:
         info.labels(__version__, f"{SERVED_VERSIONS[0]}-{SERVED_VERSIONS[-1]}").set(1)
         Gauge("cni_skel_worker_start_time_seconds", "Unix time the worker started",
               registry=r).set(time.time())
-        r.register(_Fallbacks(os.path.join(os.path.dirname(socket_path), FALLBACK_LOG)))
+        r.register(_Fallbacks(fallback_log(socket_path)))
         self.server: Any = None
 
     def start(self, address: str) -> None:

@@ -70,6 +70,13 @@ FALLBACKS = (FALLBACK_ONESHOT, FALLBACK_NONE)
 FALLBACK_LOG = "fallbacks.log"
 FALLBACK_LOG_MAX = 1 << 20
 
+
+def fallback_log(socket_path):
+    """The fallback log beside ``socket_path`` ("" for a socket named
+    without a directory: no log)."""
+    directory = socket_path.rpartition("/")[0]
+    return f"{directory}/{FALLBACK_LOG}" if directory else ""
+
 #: The request protocol this code speaks, and the ones a worker serves.
 PROTOCOL_VERSION = 2
 SERVED_VERSIONS = (1, 2)

@@ -463,6 +463,7 @@ class Worker:
         self.last_active = time.monotonic()
         self.started = time.time()
         self.pid = os.getpid()
+        self.description: dict[str, Any] = {}
         self.path = os.path.abspath(socket_path)
         self.refs = list(refs or [])
         self.drain_timeout = drain_timeout
@@ -502,6 +503,7 @@ class Worker:
             self.sock = _bind(self.path)
         st = os.stat(self.path)
         self.ident = (st.st_dev, st.st_ino)
+        self.description = self.about()  # fixed from here on; every child answers pings with it
         if self.metrics_address:
             self.metrics = Metrics(self.path)
             self.metrics.start(self.metrics_address)
@@ -634,7 +636,7 @@ class Worker:
                 other.conn.close()
         return WorkerChild(self.sock, self.stop_r, self.info_w, self.plugins, self.ident,
                            self.path, self.log, self.request_timeout,
-                           mount_namespace=self.mount_namespace, about=self.about())
+                           mount_namespace=self.mount_namespace, about=self.description)
 
     def about(self) -> dict[str, Any]:
         """What a ping answers (JSON): version, protocol versions served, pid,
@@ -767,7 +769,7 @@ class Worker:
         cls = self.plugins.get(ref)
         name = getattr(cls, "name", None) or ref
         _RequestLine(self.log, child.cid, child.cmd, name, child.netns, "-", child.since).write(
-            "outcome=crashed", f"child {pid} {what}", out)
+            "crashed", f"child {pid} {what}", out)
         if self.metrics is not None:
             self.metrics.crashed(name, child.cmd or "-", time.monotonic() - child.since)
         # Never block on a client: what does not fit now is its loss (it sees
@@ -949,9 +951,9 @@ class WorkerChild:
         try:
             conn.sendall(encode_reply(ST_DONE, code, out))
         except OSError as exc:
-            line.write(f"exit={code}", f"the launcher is gone ({exc})", out)
+            line.write("answered", f"the launcher is gone ({exc})", out, code)
             return _CLIENT_GONE
-        line.write(f"exit={code}", "", out)
+        line.write("answered", "", out, code)
         return _ANSWERED
 
 
@@ -968,10 +970,14 @@ class _RequestLine:
         self.fields = [("cid", cid or "-"), ("verb", self.verb), ("plugin", plugin),
                        ("netns", netns or "-"), ("launcher", launcher)]
 
-    def write(self, outcome: str, note: str = "", out: bytes = b"") -> None:
+    def write(self, outcome: str, note: str = "", out: bytes = b"",
+              exit_code: int | None = None) -> None:
+        """``outcome``: "answered" (with the plugin's ``exit_code`` and stdout
+        ``out``), "crashed" (``out``: the worker's answer), or why nothing
+        ran ("refused", "unknown-plugin")."""
         seconds = time.monotonic() - self.start
         parts = [f"{k}={_logfmt(v)}" for k, v in self.fields]
-        parts.append(outcome if "=" in outcome else f"outcome={outcome}")
+        parts.append(f"exit={exit_code}" if outcome == "answered" else f"outcome={outcome}")
         parts.append(f"ms={seconds * 1e3:.1f}")
         code, msg = _error_of(out)
         if code is not None:
@@ -981,10 +987,11 @@ class _RequestLine:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self.log.write(f"cni-skel worker[{os.getpid()}]: time={stamp} {' '.join(parts)}\n")
         if self.report is not None:
-            answered = outcome.startswith("exit=")
-            label = str(code) if code is not None else "0" if outcome == "exit=0" else "none"
-            self.report(self.plugin, self.verb, "answered" if answered else outcome,
-                        label if answered else "", seconds)
+            if outcome == "answered":
+                label = str(code) if code is not None else "0" if exit_code == 0 else "none"
+                self.report(self.plugin, self.verb, outcome, label, seconds)
+            else:
+                self.report(self.plugin, self.verb, outcome, "", seconds)
 
 
 def _logfmt(value: Any) -> str:
@@ -1042,8 +1049,7 @@ class InProcessExec(SubprocessExec):
             out, code = b"", 1
         _RequestLine(self.log, self.cid, command, getattr(cls, "name", None) or ref,
                      env.get("CNI_NETNS", ""), "delegated in-process", start,
-                     self.report).write(
-            f"exit={code}", "", out)
+                     self.report).write("answered", "", out, code)
         return plugin_outcome(os.path.basename(plugin_path), code, out,
                               captured.getvalue().encode(), stderr)
 

@@ -16,7 +16,7 @@ from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, CNIError
 from cni_skel.invoke import delegate_check, delegate_del, delegate_gc, delegate_status, ipam_add
 from cni_skel.ipam import check_interface_ips, check_routes, configure_iface
 from cni_skel.netns import NetNS, open_netns
-from cni_skel.nft import Nft, NftError, attachment_tag, nft_status
+from cni_skel.nft import Nft, NftError, attachment_tag, nft_status, table_state
 from cni_skel.rollback import rollback
 from cni_skel.skel import Plugin
 from cni_skel.sysctl import write_sysctl
@@ -261,25 +261,18 @@ class Bridge(Plugin):
     nftables is needed (ipMasq/macspoofchk) and not usable.
     """
 
-    @classmethod
-    def node_state(cls) -> list[str]:
-        """Its nftables tables (masquerade, MAC spoof check) in this network
-        namespace, when they exist (`cni_skel.skel.Plugin.node_state`)."""
-        lines = []
-        for family in sorted({MASQ_FAMILY, SPOOF_FAMILY}):
-            try:
-                table = Nft().table(family, TABLE)
-            except (NftError, OSError) as exc:
-                lines.append(f"cannot list nftables table {family} {TABLE}: {exc}")
-                continue
-            if table is not None:
-                lines.append(f"nftables table {family} {TABLE} (rules of pods still attached)")
-        return lines
-
     name = "bridge"
     about = "CNI bridge plugin (cni-skel)"
     config_model = BridgeConf
     args_model = BridgeArgs
+
+    @classmethod
+    def node_state(cls) -> list[str]:
+        """Its nftables tables (masquerade, MAC spoof check) in this network
+        namespace, when they exist (`cni_skel.skel.Plugin.node_state`)."""
+        lines = (table_state(family, TABLE, "rules of pods still attached")
+                 for family in sorted({MASQ_FAMILY, SPOOF_FAMILY}))
+        return [line for line in lines if line]
 
     def add(self, args: CmdArgs, conf: BridgeConf) -> Result:
         """Attach the container to the bridge (Go's cmdAdd, in its order);

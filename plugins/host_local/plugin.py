@@ -222,6 +222,11 @@ class HostLocal(Plugin):
     STATUS (1.1.0): 50 when the store is not writable or a set is exhausted.
     """
 
+    name = "host-local"
+    about = "CNI host-local IPAM plugin (cni-skel)"
+    config_model = HostLocalConf
+    args_model = HostLocalArgs
+
     @classmethod
     def node_state(cls) -> list[str]:
         """Address files in the default store (/var/lib/cni/networks), per
@@ -236,11 +241,6 @@ class HostLocal(Plugin):
                     if n:
                         lines.append(f"{n} address reservation(s) in {d}")
         return lines
-
-    name = "host-local"
-    about = "CNI host-local IPAM plugin (cni-skel)"
-    config_model = HostLocalConf
-    args_model = HostLocalArgs
 
     def add(self, args: CmdArgs, conf: HostLocalConf) -> Result:
         """Allocate one address per range set; see `HostLocal` for the rules.

@@ -36,6 +36,7 @@ from cni_skel.nft import (
     lookup,
     network_tag,
     nft_status,
+    table_state,
 )
 from cni_skel.rollback import rollback
 from cni_skel.skel import Plugin
@@ -471,20 +472,16 @@ class PortMap(Plugin):
     change of conditions. STATUS (1.1.0): 50 when nftables can not be used.
     """
 
+    name = "portmap"
+    about = "CNI portmap plugin (cni-skel, nftables)"
+    config_model = PortMapConf
+
     @classmethod
     def node_state(cls) -> list[str]:
         """Its nftables table in this network namespace, when it exists
         (`cni_skel.skel.Plugin.node_state`)."""
-        try:
-            table = Nft().table(L.FAMILY, L.TABLE)
-        except (NftError, OSError) as exc:
-            return [f"cannot list nftables table {L.FAMILY} {L.TABLE}: {exc}"]
-        return [] if table is None else [f"nftables table {L.FAMILY} {L.TABLE} (port mappings "
-                                         "of pods still attached)"]
-
-    name = "portmap"
-    about = "CNI portmap plugin (cni-skel, nftables)"
-    config_model = PortMapConf
+        line = table_state(L.FAMILY, L.TABLE, "port mappings of pods still attached")
+        return [line] if line else []
 
     def add(self, args: CmdArgs, conf: PortMapConf) -> Result:
         """Map the host ports to the container (Go's cmdAdd: forwardPorts,

@@ -271,6 +271,11 @@ class Tuning(Plugin):
     MACs are compared normalised; GC exists.
     """
 
+    name = "tuning"
+    about = "CNI tuning plugin (cni-skel)"
+    config_model = TuningConf
+    args_model = TuningArgs
+
     @classmethod
     def node_state(cls) -> list[str]:
         """Saved link settings in the default data dir (/run/cni/tuning)
@@ -280,11 +285,6 @@ class Tuning(Plugin):
         except OSError:
             return []
         return [f"{n} saved link setting file(s) in {DEFAULT_DATA_DIR}"] if n else []
-
-    name = "tuning"
-    about = "CNI tuning plugin (cni-skel)"
-    config_model = TuningConf
-    args_model = TuningArgs
 
     def validate_config(self, args: CmdArgs, conf: TuningConf) -> None:
         """ADD's checks of the config before it enters CNI_NETNS: every
