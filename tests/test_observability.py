@@ -103,8 +103,15 @@ def test_request_lines_metrics_and_log_file(wdir, node_netns, pod_netns):
         # metrics count.
         with open(os.path.join(wdir, protocol.FALLBACK_LOG), "a") as fp:
             fp.write("1 ADD cni_skel_plugins.loopback:Loopback x cannot connect: refused\n")
+        # The parent counts a request when it reaps its child: it may lag the answer.
+        deadline = time.monotonic() + 10
         with NetNS.open(node_netns.path) as node:
-            text = _scrape(node)
+            while True:
+                text = _scrape(node)
+                if _value(text, "cni_skel_requests_in_flight") == 0 \
+                        or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
         assert _value(text, "cni_skel_requests_total", plugin="loopback", verb="ADD",
                       code="0") == 1, text
         assert _value(text, "cni_skel_requests_total", plugin="loopback", verb="DEL",
