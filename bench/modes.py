@@ -35,6 +35,69 @@ GO_BIN = "/usr/lib/cni"
 PLUGINS = ("bridge", "host-local", "loopback", "portmap", "tuning")
 
 
+def proc_tree(pid: int) -> list[int]:
+    """``pid`` and its live descendants, parents before children (from
+    /proc/<pid>/task/*/children; a process gone meanwhile is left out)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop(0)
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        out.append(p)
+        for t in tasks:
+            try:
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+            except OSError:
+                continue
+    return out
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of the live process tree under ``pid``: utime, stime,
+    cutime and cstime of each live process (/proc/<pid>/stat, all its
+    threads). A live process's c-fields hold its reaped descendants; live
+    ones count by themselves. A process that exits between listing and
+    reading is skipped: once its parent reaps it, its CPU is in the
+    parent's cutime/cstime, so the delta of two readings stays right
+    (parents are read before their children: at worst a reading taken while
+    children exit is a little low)."""
+    ticks = 0
+    for p in proc_tree(pid):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += sum(int(v) for v in fields[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def tree_memory(pid: int) -> dict:
+    """``{"pss", "rss"}`` in KiB (sums of /proc/<pid>/smaps_rollup over the
+    live tree under ``pid``) and ``procs``, the number of processes read."""
+    pss = rss = n = 0
+    for p in proc_tree(pid):
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                text = f.read()
+        except OSError:
+            continue
+        vals = {}
+        for line in text.splitlines():
+            key, _, rest = line.partition(":")
+            if key in ("Pss", "Rss"):
+                vals[key] = int(rest.split()[0])
+        if "Pss" not in vals:  # a zombie: nothing mapped
+            continue
+        pss += vals["Pss"]
+        rss += vals.get("Rss", 0)
+        n += 1
+    return {"pss": pss, "rss": rss, "procs": n}
+
+
 class ModeUnavailable(Exception):
     """This mode cannot run here; the message says why."""
 
@@ -68,6 +131,10 @@ class Mode:
         """CPU seconds used so far by long-lived helpers of this mode that
         wait4 on the plugin process does not see (0: none)."""
         return 0.0
+
+    def memory(self) -> dict | None:
+        """Memory of this mode's long-lived helpers (None: none)."""
+        return None
 
 
 class GoMode(Mode):
@@ -129,8 +196,9 @@ class InProcMode(OneShotMode):
 class WarmMode(OneShotMode):
     """The default install: launchers handing calls to `cni-skel worker`,
     socket-activated through the units `cni-skel install` writes. wait4 sees
-    the launcher only: per-call CPU and RSS exclude the worker's forked
-    child (a lower bound); churn adds the worker's CPU (`helper_cpu`).
+    the launcher only: per-call CPU and RSS exclude the worker's processes
+    (a lower bound); churn adds the worker tree's CPU (`helper_cpu`) and
+    reads its memory (`memory`).
     ``first_call``: seconds from the first connection to the socket (the
     worker not running yet) to its answer."""
 
@@ -160,12 +228,15 @@ class WarmMode(OneShotMode):
         return self.activation.proc
 
     def helper_cpu(self) -> float:
-        """The worker's CPU, its own (accepting, forking) plus its reaped
-        children's (the requests): utime, stime, cutime, cstime of
-        /proc/<pid>/stat, in clock ticks."""
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+        """CPU seconds of the worker's whole live process tree (`tree_cpu`):
+        the parent (accepting, forking) and every process serving requests,
+        long-lived or forked per request, with what each has reaped."""
+        return tree_cpu(self.proc.pid)
+
+    def memory(self) -> dict:
+        """PSS and RSS (KiB) of the worker's whole live process tree
+        (`tree_memory`)."""
+        return tree_memory(self.proc.pid)
 
     def close(self) -> None:
         activation = getattr(self, "activation", None)

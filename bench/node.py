@@ -13,9 +13,16 @@ Ops:
   dispatch  call `cni_skel.skel.dispatch` in this process (no start-up): wall
             and CPU of this thread plus the children it reaped (a bridge's
             host-local delegate); no RSS.
-  batch     run many exec/dispatch requests on N worker threads (churn).
+  chain     one pod's chain in the calling thread: ``steps``, each a request
+            (exec/dispatch) and its config; a step with ``chain`` gets the
+            last such step's result as prevResult, and its result is the
+            next one's; stops at the first failure (with ``all``: runs
+            every step, as for DEL). Answers every step's result (``steps``).
+  batch     run many exec/dispatch/chain requests on N worker threads (churn).
   inspect   what a leak check needs: veths and bridge ports on the node, IP
-            files in a host-local store.
+            files in a host-local store, files under ``files`` (a plugin's
+            dataDir), and with ``nft``: every nftables set/map element and
+            Go portmap's per-pod chains (CNI-DN-*) in the node's ruleset.
   exit
 """
 
@@ -121,6 +128,53 @@ def do_dispatch(req: dict) -> dict:
             "out": out.decode("utf-8", "replace"), "err": err.getvalue()[-4000:]}
 
 
+def do_chain(req: dict, spawn: str | None) -> dict:
+    results = []
+    prev = None
+    for step in req["steps"]:
+        conf = dict(step["conf"])
+        if step.get("chain") and prev is not None:
+            conf["prevResult"] = prev
+        r = handle({**step["req"], "stdin": json.dumps(conf)}, spawn)
+        results.append(r)
+        if r["code"] != 0:
+            if req.get("all"):
+                continue
+            break
+        if step.get("chain") and r["out"].strip():
+            prev = json.loads(r["out"])
+    return {"steps": results}
+
+
+def nft_entries() -> list[str] | None:
+    """One line per element of every nftables set and map, and per chain
+    named CNI-DN-* (Go 1.1.1 portmap's per-pod chain, iptables-nft), in this
+    namespace; None without a working ``nft``."""
+    try:
+        out = subprocess.run(["nft", "-j", "list", "ruleset"], capture_output=True, text=True,
+                             check=False)
+        doc = json.loads(out.stdout) if out.returncode == 0 else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    entries = []
+    for obj in doc.get("nftables", []):
+        for kind in ("set", "map"):
+            o = obj.get(kind)
+            if o:
+                for e in o.get("elem", ()):
+                    if isinstance(e, dict) and isinstance(e.get("elem"), dict):
+                        e = {"elem": {k: v for k, v in e["elem"].items()
+                                      if k not in ("expires", "counter")}}
+                    entries.append(f"{o.get('family')} {o.get('table')} {o.get('name')} "
+                                   + json.dumps(e, sort_keys=True))
+        c = obj.get("chain")
+        if c and c.get("name", "").startswith("CNI-DN-"):
+            entries.append(f"{c.get('family')} {c.get('table')} chain {c['name']}")
+    return entries
+
+
 def do_inspect(req: dict) -> dict:
     links = sorted(os.listdir("/sys/class/net"))
     bridge = req.get("bridge")
@@ -132,7 +186,14 @@ def do_inspect(req: dict) -> dict:
     if store and os.path.isdir(store):
         ips = sorted(n for n in os.listdir(store)
                      if n != "lock" and not n.startswith(("last_reserved_ip", ".")))
-    return {"veths": [n for n in links if n.startswith("veth")], "ports": ports, "ips": ips}
+    files: list[str] = []
+    top = req.get("files")
+    if top and os.path.isdir(top):
+        files = sorted(os.path.relpath(os.path.join(d, n), top)
+                       for d, _, names in os.walk(top) for n in names
+                       if n != "lock" and not n.startswith("."))
+    return {"veths": [n for n in links if n.startswith("veth")], "ports": ports, "ips": ips,
+            "files": files, "nft": nft_entries() if req.get("nft") else None}
 
 
 def handle(req: dict, spawn: str | None) -> Any:
@@ -141,6 +202,8 @@ def handle(req: dict, spawn: str | None) -> Any:
         return do_exec(req, spawn)
     if op == "dispatch":
         return do_dispatch(req)
+    if op == "chain":
+        return do_chain(req, spawn)
     if op == "inspect":
         return do_inspect(req)
     if op == "batch":

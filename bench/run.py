@@ -1,6 +1,7 @@
 """cni-skel benchmark: our plugins against Debian's Go reference plugins.
 
     python -m bench [--quick] [--modes go,oneshot,inproc] [--out bench/results]
+                    [--long-churn 10000]
 
 Every implementation ("mode", see bench/modes.py) gets its own node
 namespace with an agent in it (bench/node.py); pods get fresh namespaces.
@@ -25,8 +26,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from cni_skel.harness import create_netns, remove_netns
@@ -50,14 +54,19 @@ class Profile:
     pm_levels: tuple[int, ...]
     churn_pods: int
     churn_workers: tuple[int, ...]
+    chain_pods: int  # all live at once on one bridge: at most 1,023 (a bridge's port limit)
+    chain_workers: int = 8
     fill_workers: int = 4
+    long_round: int = 100  # pods per round of --long-churn
 
 
 QUICK = Profile("quick", pods=2, version_samples=3, scale_samples=2, hl_levels=(0, 1000),
-                pm_levels=(0, 20), churn_pods=4, churn_workers=(4,))
+                pm_levels=(0, 20), churn_pods=4, churn_workers=(8,), chain_pods=4, long_round=20)
 FULL = Profile("full", pods=50, version_samples=30, scale_samples=15,
                hl_levels=(0, 1000, 10000), pm_levels=(0, 100, 1000), churn_pods=100,
-               churn_workers=(2, 8))
+               churn_workers=(2, 8), chain_pods=1000)
+#: modes the full chain churn runs (one-shot, ~25x Go per call, would take too long)
+CHAIN_MODES = ("go", "warm")
 
 
 def log(msg: str) -> None:
@@ -78,6 +87,13 @@ def p95(values: list[float]) -> float | None:
     return s[max(0, math.ceil(0.95 * len(s)) - 1)]
 
 
+def p99(values: list[float]) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return s[max(0, math.ceil(0.99 * len(s)) - 1)]
+
+
 def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
@@ -92,6 +108,41 @@ def mib(kib: float | None) -> str:
 
 def rx(r: float | None) -> str:
     return "-" if r is None else f"{r:.2f}x"
+
+
+class MemSampler:
+    """The peak (by PSS) of ``mode.memory()`` read every ``period`` seconds
+    on a thread of this process while the block runs."""
+
+    def __init__(self, mode: Mode, period: float = 0.2) -> None:
+        self.mode = mode
+        self.period = period
+        self.samples: list[dict] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mem-sampler", daemon=True)
+
+    def __enter__(self) -> MemSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            m = self.mode.memory()
+            if m and m["procs"]:
+                self.samples.append(m)
+            if self._stop.wait(self.period):
+                return
+
+    def peak(self) -> dict | None:
+        if not self.samples:
+            return None
+        top = max(self.samples, key=lambda m: m["pss"])
+        return {**top, "rss_max": max(m["rss"] for m in self.samples),
+                "samples": len(self.samples)}
 
 
 # --- the node agent ----------------------------------------------------------------
@@ -153,10 +204,10 @@ def ipam(store: str, subnet: str) -> dict:
     return {"type": "host-local", "dataDir": store, "ranges": [[{"subnet": subnet}]]}
 
 
-def chain(store: str) -> list[dict]:
+def chain(store: str, bridge: str = "cnbr0", subnet: str = "10.88.0.0/16") -> list[dict]:
     return [
-        {"type": "bridge", "bridge": "cnbr0", "isGateway": True, "ipMasq": False,
-         "ipam": ipam(store, "10.88.0.0/16")},
+        {"type": "bridge", "bridge": bridge, "isGateway": True, "ipMasq": False,
+         "ipam": ipam(store, subnet)},
         # dataDir beside the IPAM store: never the node's real /run/cni/tuning
         {"type": "tuning", "sysctl": {"net.core.somaxconn": "500"},
          "dataDir": os.path.join(store, "tuning"), "capabilities": {"mac": True}},
@@ -344,17 +395,43 @@ class Bench:
         prof = self.prof
         modes = [m for m in self.modes if m.per_process]
         out = self.results.setdefault("churn", {})
+        top = max(prof.churn_workers)
         for rnd, workers in enumerate(prof.churn_workers):
             for mode in self.rotation(rnd, modes):
                 log(f"churn: {mode.key}, {workers} workers, {prof.churn_pods} pods")
-                out.setdefault(str(workers), {})[mode.key] = self.churn_round(mode, workers, rnd)
+                sampler = self.sampler(mode) if workers == top else nullcontext()
+                with sampler:
+                    res = self.churn_round(mode, workers)
+                out.setdefault(str(workers), {})[mode.key] = res
+                if isinstance(sampler, MemSampler):
+                    self.memory_result(mode, "peak", f"bridge churn, {workers} workers",
+                                       sampler.peak())
 
-    def churn_round(self, mode: Mode, workers: int, rnd: int) -> dict:
-        sc = "churn"
-        store = self.store(mode, f"churn-ipam-{workers}")
+    def sampler(self, mode: Mode) -> MemSampler | nullcontext:
+        """A memory sampler for a mode with a worker, else nothing."""
+        return MemSampler(mode) if mode.memory() is not None else nullcontext()
+
+    def memory_result(self, mode: Mode, kind: str, label: str, m: dict | None) -> None:
+        if m is not None:
+            self.results.setdefault("memory", {}).setdefault(mode.key, {}).setdefault(
+                kind, {})[label] = m
+
+    def idle_memory(self, label: str) -> None:
+        """The worker tree's memory once it has served calls and is quiet
+        (1 s after the last one)."""
+        modes = [m for m in self.modes if m.memory() is not None]
+        if modes:
+            time.sleep(1.0)
+        for mode in modes:
+            self.memory_result(mode, "idle", label, mode.memory())
+
+    def churn_round(self, mode: Mode, workers: int, *, pods: int = 0, scenario: str = "churn",
+                    record: bool = True, store: str = "") -> dict:
+        sc = scenario
+        store = self.store(mode, store or f"churn-ipam-{workers}")
         plugin = {"type": "bridge", "bridge": "cnch0", "isGateway": True, "ipMasq": False,
                   "ipam": ipam(store, "10.77.0.0/24")}
-        pods = [self.pod() for _ in range(self.prof.churn_pods)]
+        pods = [self.pod() for _ in range(pods or self.prof.churn_pods)]
         before = mode.node.request({"op": "inspect"})
         errors0 = len(self.errors)
 
@@ -368,7 +445,7 @@ class Bench:
         tags = {"workers": workers}
         helper0 = mode.helper_cpu()
         add = mode.node.request({"op": "batch", "workers": workers, "calls": reqs("ADD", None)})
-        results = [self.record(mode, "bridge", "ADD", r, sc, True, tags)[1]
+        results = [self.record(mode, "bridge", "ADD", r, sc, record, tags)[1]
                    for r in add["results"]]
         ips = [ip["address"].split("/")[0] for doc in results if doc for ip in doc["ips"]]
         live = mode.node.request({"op": "inspect", "store": os.path.join(store, "churnnet"),
@@ -379,19 +456,141 @@ class Bench:
         dele = mode.node.request({"op": "batch", "workers": workers,
                                   "calls": reqs("DEL", results)})
         for r in dele["results"]:
-            self.record(mode, "bridge", "DEL", r, sc, True, tags)
+            self.record(mode, "bridge", "DEL", r, sc, record, tags)
         after = mode.node.request({"op": "inspect", "store": os.path.join(store, "churnnet"),
                                    "bridge": "cnch0"})
         leaks = sorted(set(after["veths"]) - set(before["veths"])) + after["ports"] + after["ips"]
         for p in pods:
             self.drop_pod(p)
         n = len(pods)
+        calls = add["results"] + dele["results"]
         # plugin processes (wait4) plus helpers they hand work to (the warm worker)
-        cpu = sum(r["cpu"] for r in add["results"] + dele["results"]) \
-            + mode.helper_cpu() - helper0
+        cpu = sum(r["cpu"] for r in calls) + mode.helper_cpu() - helper0
         return {"pods": n, "seconds": add["wall"] + dele["wall"],
                 "pods_per_s": n / (add["wall"] + dele["wall"]), "cpu_per_pod": cpu / n,
+                "p99": p99([r["wall"] for r in calls if r["code"] == 0]),
                 "errors": len(self.errors) - errors0, "duplicates": dups, "leaks": leaks}
+
+    def chain_churn(self) -> None:
+        """The Kubernetes-style chain of the lifecycle scenario under churn:
+        every pod's chain ADDed (loopback, bridge + host-local, tuning,
+        portmap, in order in one worker thread, prevResult passed on), all
+        live at once, then DELed (reverse order per pod)."""
+        prof = self.prof
+        modes = [m for m in self.modes if m.key in CHAIN_MODES]
+        if not prof.chain_pods or not modes:
+            return
+        out = self.results.setdefault("chain_churn", {})
+        for mode in modes:
+            log(f"chain churn: {mode.key}, {prof.chain_workers} workers, "
+                f"{prof.chain_pods} pods")
+            sampler = self.sampler(mode)
+            with sampler:
+                out[mode.key] = self.chain_round(mode, prof.chain_workers, prof.chain_pods)
+            if isinstance(sampler, MemSampler):
+                self.memory_result(mode, "peak", f"chain churn, {prof.chain_workers} workers",
+                                   sampler.peak())
+
+    def chain_round(self, mode: Mode, workers: int, n: int) -> dict:
+        sc = "chain-churn"
+        store = self.store(mode, "chain-ipam")
+        plugins = chain(store, "cnck0", "10.78.0.0/16")
+        names = ["loopback"] + [p["type"] for p in plugins]
+        lo = {"cniVersion": CNI_VERSION, "name": "lo", "type": "loopback"}
+        idx = self.modes.index(mode)
+        pods = [self.pod() for _ in range(n)]
+        look = {"op": "inspect", "store": os.path.join(store, "chainnet"), "bridge": "cnck0",
+                "files": os.path.join(store, "tuning"), "nft": True}
+        before = mode.node.request(look)
+        errors0 = len(self.errors)
+
+        def runtime(i: int) -> dict:
+            return {"mac": f"0a:58:0b:{i // 256:02x}:{i % 256:02x}:{idx:02x}",
+                    "portMappings": mappings(30000 + i, 50000 + i)}
+
+        def step(plugin: str, cmd: str, i: int, conf: dict, ifname: str = "eth0",
+                 chained: bool = False) -> dict:
+            env = self.env(mode, cmd, f"{mode.key}-chain-{i}", pods[i].path, ifname)
+            return {"req": mode.request(plugin, env, ""), "conf": conf, "chain": chained}
+
+        adds = [{"op": "chain", "steps": [
+            step("loopback", "ADD", i, lo, "lo"),
+            *(step(p["type"], "ADD", i, net_conf("chainnet", p, None, runtime(i)),
+                   chained=True) for p in plugins)]} for i in range(n)]
+        helper0 = mode.helper_cpu()
+        add = mode.node.request({"op": "batch", "workers": workers, "calls": adds})
+        lo_res: list[dict | None] = []
+        finals: list[dict | None] = []
+        ips: list[str] = []
+        calls = []
+        for i, r in enumerate(add["results"]):
+            docs = [self.record(mode, names[k], "ADD", c, sc, True,
+                                {"workers": workers, "pod": i})[1]
+                    for k, c in enumerate(r["steps"])]
+            calls += r["steps"]
+            lo_res.append(docs[0] if docs else None)
+            chained = [d for d in docs[1:] if d is not None]
+            finals.append(chained[-1] if chained else None)
+            if len(docs) > 1 and docs[1]:
+                ips += [ip["address"].split("/")[0] for ip in docs[1]["ips"]]
+        live = mode.node.request(look)
+        dups = len(ips) - len(set(ips))
+        if len(live["ips"]) != len(set(ips)) or len(live["ports"]) != len(ips):
+            dups += abs(len(live["ips"]) - len(set(ips)))
+        dels = [{"op": "chain", "all": True, "steps": [
+            *(step(p["type"], "DEL", i, net_conf("chainnet", p, finals[i], runtime(i)))
+              for p in reversed(plugins)),
+            step("loopback", "DEL", i, {**lo, **({"prevResult": lo_res[i]} if lo_res[i] else {})},
+                 "lo")]} for i in range(n)]
+        dele = mode.node.request({"op": "batch", "workers": workers, "calls": dels})
+        for i, r in enumerate(dele["results"]):
+            for k, c in enumerate(r["steps"]):
+                self.record(mode, names[-1 - k], "DEL", c, sc, True,
+                            {"workers": workers, "pod": i})
+            calls += r["steps"]
+        after = mode.node.request(look)
+        leaks = (sorted(set(after["veths"]) - set(before["veths"])) + after["ports"]
+                 + after["ips"] + [f"tuning {f}" for f in after["files"]])
+        if after["nft"] is not None and before["nft"] is not None:
+            leaks += sorted((Counter(after["nft"]) - Counter(before["nft"])).elements())
+        for p in pods:
+            self.drop_pod(p)
+        cpu = sum(c["cpu"] for c in calls) + mode.helper_cpu() - helper0
+        seconds = add["wall"] + dele["wall"]
+        return {"pods": n, "workers": workers, "seconds": seconds, "pods_per_s": n / seconds,
+                "cpu_per_pod": cpu / n, "p99": p99([c["wall"] for c in calls if c["code"] == 0]),
+                "calls": len(calls), "errors": len(self.errors) - errors0, "duplicates": dups,
+                "nft_checked": after["nft"] is not None,
+                "nft_live": (len(live["nft"]) - len(before["nft"])
+                             if live["nft"] is not None and before["nft"] is not None else None),
+                "leaks": leaks}
+
+    def long_churn(self) -> None:
+        """--long-churn N: N pods of bridge churn (8 workers) in rounds of
+        ``long_round`` pods, warm mode only; the worker tree's memory after
+        each round."""
+        total = self.args.long_churn
+        mode = next((m for m in self.modes if m.key == "warm"), None)
+        if not total or mode is None:
+            return
+        per = min(self.prof.long_round, total)
+        rounds = math.ceil(total / per)
+        log(f"long churn: warm, {rounds} rounds of {per} pods, 8 workers")
+        points = [{"pods": 0, **mode.memory()}]
+        agg = {"errors": 0, "duplicates": 0, "leaks": [], "seconds": 0.0}
+        for k in range(rounds):
+            res = self.churn_round(mode, 8, pods=per, scenario="long-churn", record=False,
+                                   store="long-ipam")
+            for key in ("errors", "duplicates", "leaks", "seconds"):
+                agg[key] += res[key]
+            points.append({"pods": (k + 1) * per, **mode.memory()})
+            if (k + 1) % 10 == 0:
+                log(f"long churn: {(k + 1) * per} pods, worker PSS "
+                    f"{mib(points[-1]['pss'])} MiB")
+        done = rounds * per
+        self.results["long_churn"] = {"pods": done, "per_round": per, "workers": 8,
+                                      "pods_per_s": done / agg["seconds"], **agg,
+                                      "points": points}
 
     def scale_host_local(self) -> None:
         sc = "scale-hl"
@@ -557,10 +756,14 @@ class Bench:
         self.setup()
         self.version()
         self.lifecycle()
+        self.idle_memory("after the lifecycle")
         self.churn()
+        self.chain_churn()
+        self.long_churn()
         self.scale_host_local()
         self.scale_portmap()
         self.profile()
+        self.idle_memory("end of run")
         self.results["seconds"] = time.monotonic() - t0
         return self.report()
 
@@ -615,16 +818,73 @@ class Bench:
         w(f"\n## Churn: {prof.churn_pods} pods per round, bridge + one host-local range\n")
         w("All pods ADDed by N workers, duplicates checked while all are live, then DELed; "
           "leaks = veths, bridge ports or IP files left. CPU: the plugin processes (wait4) "
-          "plus, in warm mode, the worker and its children.\n")
-        w("| workers | mode | pods/s | vs Go | CPU/pod ms | vs Go | errors | duplicates | leaks |")
-        w("|---|---|---|---|---|---|---|---|---|")
+          "plus, in warm mode, the worker's whole process tree. p99 of every call's wall "
+          "time.\n")
+        w("| workers | mode | pods/s | vs Go | CPU/pod ms | vs Go | p99 call ms | vs Go | errors "
+          "| duplicates | leaks |")
+        w("|---|---|---|---|---|---|---|---|---|---|---|")
         for wk, res in self.results.get("churn", {}).items():
-            g = res.get("go", {})
             for m, o in sorted(res.items(), key=lambda kv: kv[0] != "go"):
-                w(f"| {wk} | {m} | {o['pods_per_s']:.1f} "
-                  f"| {rx(ratio(o['pods_per_s'], g.get('pods_per_s')))} "
-                  f"| {ms(o['cpu_per_pod'])} | {rx(ratio(o['cpu_per_pod'], g.get('cpu_per_pod')))} "
-                  f"| {o['errors']} | {o['duplicates']} | {len(o['leaks'])} |")
+                w(f"| {wk} | {m} | " + self.churn_cells(o, res.get("go", {})))
+
+        # chain churn
+        cc = self.results.get("chain_churn", {})
+        if cc:
+            one = next(iter(cc.values()))
+            w(f"\n## Chain churn: {one['pods']} pods, {one['workers']} workers, the lifecycle's "
+              "chain\n")
+            w("Per pod, in one worker thread: loopback ADD, bridge(+host-local) ADD, tuning ADD "
+              "with bridge's prevResult, portmap ADD with tuning's; all pods live, then DEL "
+              "(reverse order per pod). CPU: the plugin processes (wait4) plus, in warm mode, "
+              "the worker's whole process tree. p99 of every call's wall time. Leaks: veths, "
+              "bridge ports, IP files, tuning's saved files, and nftables set/map elements "
+              "(Go: CNI-DN-* chains) left in the node's ruleset. Modes: "
+              + ", ".join(f"`{m}`" for m in CHAIN_MODES)
+              + " only (one-shot, ~25x Go per call, would take too long).\n")
+            w("| mode | pods/s | vs Go | CPU/pod ms | vs Go | p99 call ms | vs Go | errors "
+              "| duplicates | leaks |")
+            w("|---|---|---|---|---|---|---|---|---|---|")
+            for m, o in sorted(cc.items(), key=lambda kv: kv[0] != "go"):
+                w(f"| {m} | " + self.churn_cells(o, cc.get("go", {})))
+            live = [f"{m} {o['nft_live']}" for m, o in cc.items() if o.get("nft_live") is not None]
+            if live:
+                w("\nnftables entries the leak check saw while all pods were live: "
+                  + ", ".join(live) + ".")
+            for m, o in cc.items():
+                if o["leaks"]:
+                    w(f"\n{m} leaks (first 5): " + ", ".join(f"`{x}`" for x in o["leaks"][:5]))
+                if not o.get("nft_checked"):
+                    w(f"\n{m}: nftables not readable (`nft -j list ruleset`): not checked")
+
+        # memory
+        mem = self.results.get("memory", {})
+        if mem:
+            w("\n## Memory: the warm worker and all its processes\n")
+            w("PSS and RSS: sums of /proc/<pid>/smaps_rollup over the worker's live process "
+              "tree. Idle: 1 s after its last call. Under churn: the peak (by PSS) of samples "
+              "every 0.2 s during the round.\n")
+            w("| mode | when | PSS MiB | RSS MiB | processes |")
+            w("|---|---|---|---|---|")
+            for m, kinds in mem.items():
+                for label, v in kinds.get("idle", {}).items():
+                    w(f"| {m} | idle, {label} | {mib(v['pss'])} | {mib(v['rss'])} "
+                      f"| {v['procs']} |")
+                for label, v in kinds.get("peak", {}).items():
+                    w(f"| {m} | peak, {label} ({v['samples']} samples) | {mib(v['pss'])} "
+                      f"| {mib(v['rss'])} (max {mib(v['rss_max'])}) | {v['procs']} |")
+        lc = self.results.get("long_churn")
+        if lc:
+            w(f"\n## Long churn (warm): {lc['pods']:,} pods, {lc['per_round']} per round, "
+              f"{lc['workers']} workers\n")
+            w(f"{lc['pods_per_s']:.1f} pods/s; errors {lc['errors']}, duplicates "
+              f"{lc['duplicates']}, leaks {len(lc['leaks'])}. The worker tree after the round "
+              "ending at:\n")
+            w("| pods | PSS MiB | RSS MiB | processes |")
+            w("|---|---|---|---|")
+            for pt in self.long_points(lc):
+                w(f"| {pt['pods']:,} | {mib(pt['pss'])} | {mib(pt['rss'])} | {pt['procs']} |")
+            top = max(lc["points"], key=lambda pt: pt["rss"])
+            w(f"\nHighest RSS after a round: {mib(top['rss'])} MiB at {top['pods']:,} pods.")
 
         # scale
         w(f"\n## Scale: host-local in a /16 ({prof.scale_samples} samples per level)\n")
@@ -684,8 +944,13 @@ class Bench:
             w(f"| {name} | {measured} | {'PASS' if ok else ('FAIL' if ok is False else 'n/a')} |")
 
         churn = self.results.get("churn", {})
-        bad = [f"{wk}w {m}: {r['errors']} errors, {r['duplicates']} dups, {len(r['leaks'])} leaks"
-               for wk, res in churn.items() for m, r in res.items()
+        rounds = [(f"{wk}w", res) for wk, res in churn.items()]
+        rounds.append(("chain", self.results.get("chain_churn", {})))
+        if "long_churn" in self.results:
+            rounds.append(("long", {"warm": self.results["long_churn"]}))
+        bad = [f"{label} {m}: {r['errors']} errors, {r['duplicates']} dups, "
+               f"{len(r['leaks'])} leaks"
+               for label, res in rounds for m, r in res.items()
                if m != "go" and (r["errors"] or r["duplicates"] or r["leaks"])]
         for title, errs in (("Errors (ours)", self.errors),
                             ("Failures of the Go reference (reported, not fatal; e.g. Go 1.1.1 "
@@ -702,6 +967,13 @@ class Bench:
             f"{wk}w {res.get('oneshot', {}).get('pods_per_s', 0):.1f}/"
             f"{res.get('go', {}).get('pods_per_s', 0):.1f}" for wk, res in churn.items())
         status = "ok" if not self.errors and not bad else "FAILED"
+        cc = self.results.get("chain_churn", {})
+        chain_txt = ""
+        if "warm" in cc and "go" in cc:
+            chain_txt = (f"chain churn warm/Go pods/s "
+                         f"{rx(ratio(cc['warm']['pods_per_s'], cc['go']['pods_per_s']))}, "
+                         f"CPU/pod {rx(ratio(cc['warm']['cpu_per_pod'], cc['go']['cpu_per_pod']))}"
+                         ", ")
         add_r = rx(ratio(med(co["ADD"][0]), med(cg["ADD"][0])))
         del_r = rx(ratio(med(co["DEL"][0]), med(cg["DEL"][0])))
         head = ""
@@ -714,7 +986,7 @@ class Bench:
         summary = (f"bench {prof.name} {status}: {head}one-shot fallback: ADD chain {add_r} Go, "
                    f"DEL chain {del_r}, "
                    f"pod {ms(med(co['total'][0]), 0)}/{ms(med(cg['total'][0]), 0)} ms, "
-                   f"churn pods/s ours/Go {churn_txt}, budgets {passed}/{judged} pass, "
+                   f"churn pods/s ours/Go {churn_txt}, {chain_txt}budgets {passed}/{judged} pass, "
                    f"errors {len(self.errors)} (Go {len(self.ref_errors)}), "
                    f"dup+leak issues {len(bad)}")
         text = "\n".join(lines) + "\n"
@@ -763,6 +1035,22 @@ class Bench:
         return out
 
     @staticmethod
+    def churn_cells(o: dict, g: dict) -> str:
+        """The churn tables' cells after the mode (``g``: Go's round)."""
+        return (f"{o['pods_per_s']:.1f} | {rx(ratio(o['pods_per_s'], g.get('pods_per_s')))} "
+                f"| {ms(o['cpu_per_pod'])} | {rx(ratio(o['cpu_per_pod'], g.get('cpu_per_pod')))} "
+                f"| {ms(o.get('p99'))} | {rx(ratio(o.get('p99'), g.get('p99')))} "
+                f"| {o['errors']} | {o['duplicates']} | {len(o['leaks'])} |")
+
+    @staticmethod
+    def long_points(lc: dict) -> list[dict]:
+        """The long churn's samples at 0, half-way and the end."""
+        pts = lc["points"]
+        half = min(pts, key=lambda pt: abs(pt["pods"] - lc["pods"] / 2))
+        out = [pts[0], half, pts[-1]]
+        return [pt for k, pt in enumerate(out) if pt not in out[:k]]
+
+    @staticmethod
     def row(w, label: str, data: dict, extra: list[str]) -> None:
         (gw, gc, gr), (ow, oc, orr) = data["go"], data["oneshot"]
         line = (f"| {label} | {ms(med(gw))} ({ms(p95(gw))}) | {ms(med(ow))} ({ms(p95(ow))}) "
@@ -803,8 +1091,87 @@ class Bench:
                   f"{ms(first, 0)} ms", first is not None and first <= 1.0))
         return b
 
+    def issue20_budgets(self, chains: dict) -> list[tuple[str, str, bool | None]]:
+        """Issue 20's budgets: the default install (`warm`) against `go` in
+        CPU, throughput under churn, p99 and the worker's memory."""
+        if "warm" not in chains:
+            return [("issue 20 (warm CPU) budgets", "warm mode not run", None)]
+        pre = "issue 20 (warm CPU): "
+        b: list[tuple[str, str, bool | None]] = []
+        churn = self.results.get("churn", {})
+
+        def vs_go(label: str, res: dict | None, key: str, lim: float, higher: bool,
+                  unit: str, scale: float = 1.0) -> None:
+            name = f"{pre}{label} {'>=' if higher else '<='} {lim:g}x Go"
+            o, g = (res or {}).get("warm", {}).get(key), (res or {}).get("go", {}).get(key)
+            if o is None or g is None:
+                b.append((name, "not run", None))
+                return
+            r = ratio(o, g)
+            ok = r is not None and (r >= lim if higher else r <= lim)
+            b.append((name, f"{o * scale:.1f} / {g * scale:.1f} {unit} = {rx(r)}", ok))
+
+        for wk, lim in (("8", 1.5), ("2", 1.2)):
+            vs_go(f"bridge churn {wk} workers: pods/s", churn.get(wk), "pods_per_s", lim, True,
+                  "pods/s")
+        vs_go("bridge churn 8 workers: CPU/pod", churn.get("8"), "cpu_per_pod", 1.0, False,
+              "ms", 1000)
+        cc = self.results.get("chain_churn")
+        cw = self.prof.chain_workers
+        vs_go(f"chain churn {cw} workers: pods/s", cc, "pods_per_s", 4.0, True, "pods/s")
+        vs_go(f"chain churn {cw} workers: CPU/pod", cc, "cpu_per_pod", 0.5, False, "ms", 1000)
+        rounds = [(f"bridge churn {wk} workers", res.get("warm")) for wk, res in churn.items()]
+        rounds.append((f"chain churn {cw} workers", (cc or {}).get("warm")))
+        for label, o in rounds:
+            if o is None:
+                b.append((f"{pre}{label}: 0 errors, 0 duplicates, 0 leaks", "not run", None))
+                continue
+            b.append((f"{pre}{label}: 0 errors, 0 duplicates, 0 leaks",
+                      f"{o['errors']}/{o['duplicates']}/{len(o['leaks'])}",
+                      not (o["errors"] or o["duplicates"] or o["leaks"])))
+        for plugin, verb in (("loopback", "ADD"), ("tuning", "ADD"), ("bridge", "CHECK")):
+            g = med(self.sel("lifecycle", "go", plugin, verb))
+            o = med(self.sel("lifecycle", "warm", plugin, verb))
+            r = ratio(o, g)
+            b.append((f"{pre}{plugin} {verb} <= 1x Go", f"{ms(o)} / {ms(g)} ms = {rx(r)}",
+                      r is not None and r <= 1.0))
+        g, o = med(chains["go"]["total"][0]), med(chains["warm"]["total"][0])
+        r = ratio(o, g)
+        b.append((f"{pre}pod total <= 0.5x Go", f"{ms(o)} / {ms(g)} ms = {rx(r)}",
+                  r is not None and r <= 0.5))
+        vs_go("bridge churn 8 workers: p99 call", churn.get("8"), "p99", 1.0, False, "ms", 1000)
+        vs_go(f"chain churn {cw} workers: p99 call", cc, "p99", 1.0, False, "ms", 1000)
+        mem = self.results.get("memory", {}).get("warm", {})
+        peaks = {k: v for k, v in mem.get("peak", {}).items() if "8 workers" in k}
+        if peaks:
+            top = max(peaks, key=lambda k: peaks[k]["pss"])
+            b.append((f"{pre}worker tree PSS under 8-way churn <= 150 MiB",
+                      f"{mib(peaks[top]['pss'])} MiB ({top})",
+                      peaks[top]["pss"] <= 150 * MiB))
+        else:
+            b.append((f"{pre}worker tree PSS under 8-way churn <= 150 MiB", "not run", None))
+        idle = mem.get("idle", {})
+        if idle:
+            top = max(idle, key=lambda k: idle[k]["pss"])
+            b.append((f"{pre}worker tree PSS idle <= 80 MiB",
+                      f"{mib(idle[top]['pss'])} MiB ({top})", idle[top]["pss"] <= 80 * MiB))
+        else:
+            b.append((f"{pre}worker tree PSS idle <= 80 MiB", "not measured", None))
+        lc = self.results.get("long_churn")
+        name = f"{pre}no growth over a long churn: PSS at the end <= 1.05x half-way"
+        if lc and len(self.long_points(lc)) == 3:
+            _, half, end = self.long_points(lc)
+            r = ratio(end["pss"], half["pss"])
+            b.append((name, f"{mib(half['pss'])} MiB at {half['pods']:,} pods, "
+                      f"{mib(end['pss'])} MiB at {end['pods']:,} = {rx(r)}",
+                      r is not None and r <= 1.05))
+        else:
+            b.append((name, "not run (--long-churn N)", None))
+        return b
+
     def budgets(self, chains: dict) -> list[tuple[str, str, bool | None]]:
         b: list[tuple[str, str, bool | None]] = self.default_budgets(chains)
+        b += self.issue20_budgets(chains)
         vw = {p: med(self.sel("version", "oneshot", p)) for p in PLUGINS}
         vr = {p: med(self.sel("version", "oneshot", p, key="rss")) for p in PLUGINS}
         worst = max(vw, key=lambda p: vw[p] or 0)
@@ -935,6 +1302,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--pods", type=int, default=0, help="pods in the lifecycle run")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"),
                     help="results directory (default bench/results)")
+    ap.add_argument("--long-churn", type=int, default=0, metavar="N",
+                    help="warm mode only: N pods of bridge churn (8 workers, rounds of 100 "
+                         "pods), the worker tree's RSS/PSS after each round (default 0: skip; "
+                         "10000 for issue 20's no-growth budget)")
     args = ap.parse_args(argv)
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = [m for m in args.modes if m not in MODES]
