@@ -42,6 +42,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CNI_VERSION = "1.0.0"  # the newest Go 1.1.1 speaks
 PATH_ENV = "/usr/sbin:/usr/bin:/sbin:/bin"
 MiB = 1024
+IDLE_PROCESSES = 3  # a quiet worker: its parent and its 2 spares (--spares)
 
 
 @dataclass(frozen=True)
@@ -417,10 +418,17 @@ class Bench:
                 kind, {})[label] = m
 
     def idle_memory(self, label: str) -> None:
-        """The worker tree's memory once it has served calls and is quiet
-        (1 s after the last one)."""
+        """The worker tree's memory once it has served calls and is quiet: 1 s
+        after the last one in the quick profile; in the full one, once the
+        pool is back to its spares (the worker retires idle processes beyond
+        them after --linger, 30 s), at most 45 s."""
         modes = [m for m in self.modes if m.memory() is not None]
-        if modes:
+        if not modes:
+            return
+        time.sleep(1.0)
+        deadline = time.monotonic() + (45.0 if self.prof.name == "full" else 0.0)
+        while time.monotonic() < deadline and any(
+                m.memory()["procs"] > IDLE_PROCESSES for m in modes):
             time.sleep(1.0)
         for mode in modes:
             self.memory_result(mode, "idle", label, mode.memory())

@@ -111,7 +111,7 @@ class SuiteWorker:
     ``cni-skel install`` writes (`cni_skel.harness.SocketActivation`: the
     unit's own ExecStart, the socket as fd 3, on the first connection);
     otherwise a plain subprocess in its own session (killpg reaches its
-    pre-forked children)."""
+    serving processes)."""
 
     def __init__(self, sock: str, log_path: str, timeout: float = 60.0,
                  preload: tuple[str, ...] = (), pythonpath: tuple[str, ...] = (),

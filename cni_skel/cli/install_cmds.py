@@ -216,11 +216,19 @@ def doctor(bin_dir: str, systemd_dir: str, names: tuple[str, ...]) -> None:
 @click.option("--drain-timeout", type=float, default=30.0, show_default=True, metavar="SECONDS",
               help="On SIGTERM, how long to wait for requests in flight.")
 @click.option("--spares", type=click.IntRange(1, 64), default=2, show_default=True,
-              help="Idle pre-forked children kept ready.")
+              help="Idle serving processes kept ready (more are forked as calls run in "
+                   "parallel; those beyond this many exit after 30 s idle).")
+@click.option("--max-requests", type=click.IntRange(1), default=server.MAX_REQUESTS,
+              show_default=True, metavar="N",
+              help="Calls a serving process answers before a fresh one replaces it (1: a "
+                   "fresh process per call).")
+@click.option("--linger", type=click.FloatRange(0), default=server.LINGER, show_default=True,
+              metavar="SECONDS", help="How long an idle serving process beyond --spares "
+                                      "stays before it exits.")
 @click.option("--request-timeout", type=click.FloatRange(0.1), default=30.0, show_default=True,
               metavar="SECONDS", help="Time a client has to send its whole request.")
 @click.option("--run-timeout", type=click.FloatRange(1), default=600.0, show_default=True,
-              metavar="SECONDS", help="Time a request may run before its child is killed "
+              metavar="SECONDS", help="Time a request may run before its process is killed "
                                       "(answered code 11).")
 @click.option("--idle-exit", type=click.FloatRange(0, min_open=True), default=None,
               metavar="SECONDS", help="Exit after this long without a request (with systemd "
@@ -235,14 +243,15 @@ def doctor(bin_dir: str, systemd_dir: str, names: tuple[str, ...]) -> None:
               help="Serve Prometheus metrics on http://HOST:PORT/metrics (e.g. "
                    "127.0.0.1:9743).")
 def worker(socket_path: str, check: bool, preload: tuple[str, ...],
-           drain_timeout: float, spares: int, request_timeout: float,
-           run_timeout: float, idle_exit: float | None, mount_namespace: str,
-           log_file: str | None, metrics_address: str | None) -> None:
+           drain_timeout: float, spares: int, max_requests: int, linger: float,
+           request_timeout: float, run_timeout: float, idle_exit: float | None,
+           mount_namespace: str, log_file: str | None, metrics_address: str | None) -> None:
     """Serve plugin calls from the installed launchers (warm worker mode).
 
     Imports every registered plugin (and pyroute2, pydantic) once and keeps
-    pre-forked children; each serves one call: it enters the caller's
-    namespaces and runs the plugin as its executable would. Only root clients holding
+    a pool of forked serving processes; each serves one call at a time: it
+    enters the caller's namespaces, runs the plugin as its executable would,
+    then puts its own state back (or is replaced when it cannot). Only root clients holding
     CAP_NET_ADMIN and CAP_SYS_ADMIN are served, and only the registered plugins and those
     given with --preload (import path: PYTHONPATH). Without a worker the launchers run
     the plugins themselves (one-shot)."""
@@ -260,6 +269,7 @@ def worker(socket_path: str, check: bool, preload: tuple[str, ...],
     refs = sorted(set(plugin_registry().values())) + list(preload)
     try:
         sys.exit(server.serve(socket_path, refs, drain_timeout=drain_timeout, spares=spares,
+                              max_requests=max_requests, linger=linger,
                               request_timeout=request_timeout, run_timeout=run_timeout,
                               idle_exit=idle_exit, mount_namespace=mount_namespace,
                               log_file=log_file, metrics_address=metrics_address))

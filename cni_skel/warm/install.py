@@ -579,7 +579,7 @@ Description=cni-skel worker socket (warm CNI plugins)
 ListenStream={worker_socket}
 SocketMode=0600
 DirectoryMode=0755
-# The worker serves one request per connection, in pre-forked children.
+# The worker serves one request per connection, from its own pool of processes.
 Accept=no
 
 [Install]

@@ -84,7 +84,10 @@ class Metrics:
                                   "answer", ["plugin", "verb"], buckets=BUCKETS, registry=r)
         self.in_flight = Gauge("cni_skel_requests_in_flight", "Requests being served",
                                registry=r)
-        self.children = Gauge("cni_skel_children", "Pre-forked children", ["state"], registry=r)
+        self.children = Gauge("cni_skel_children", "Serving processes", ["state"], registry=r)
+        self.recycles = Counter("cni_skel_recycled", "Serving processes that exited after a "
+                                "call to be replaced (state they could not put back, error "
+                                "999, --max-requests)", registry=r)
         self.deaths = Counter("cni_skel_child_deaths", "Children that ended without "
                               "answering", ["during"], registry=r)
         info = Gauge("cni_skel_worker_info", "The worker's version and the launcher "
@@ -121,6 +124,9 @@ class Metrics:
         self.deaths.labels("request").inc()
         self.requests.labels(plugin, verb, "11").inc()
         self.duration.labels(plugin, verb).observe(seconds)
+
+    def recycled(self) -> None:
+        self.recycles.inc()
 
     def idle_death(self) -> None:
         self.deaths.labels("idle").inc()

@@ -1,13 +1,14 @@
-"""Warm worker mode: a fork-server that runs CNI plugins with the imports done.
+"""Warm worker mode: a pool of processes that run CNI plugins with the imports done.
 
 ``cni-skel worker`` imports the registered plugins and their heavy modules
 (pyroute2, pydantic, the config and result models) once, listens on a unix
-socket (its own, or the one systemd passes: `systemd_socket`), and keeps
-pre-forked children ready (`Worker`, the parent); each child
-(`WorkerChild`) accepts one connection from a launcher
-(`cni_skel.warm.client`, ``launcher.c``) and runs the same
+socket (its own, or the one systemd passes: `systemd_socket`), and keeps a
+pool of forked serving processes (`Worker`, the parent; `WorkerChild`, each
+process). A serving process answers one connection from a launcher
+(`cni_skel.warm.client`, ``launcher.c``) at a time and runs the same
 `cni_skel.skel.dispatch` as a one-shot executable, as if the runtime had
-started it:
+started it; then it puts its own state back (`ProcessBaseline`) and serves
+the next. For each call:
 
 * network namespace: the launcher's, received as an fd (SCM_RIGHTS) and
   entered with setns(2); the pod's (CNI_NETNS) comes as an fd too, and
@@ -57,8 +58,21 @@ inode, plugin warm) gets it run in the same child by `InProcessExec`, the
 run it anyway, without a launcher exec and a fork; any other delegate is
 exec'd as usual.
 
-Children isolate requests (setns, crashes, memory) and run in parallel;
-host-local's lock file works across them as across processes.
+Processes run calls in parallel, one call each at a time; host-local's lock
+file works across them as across processes. The pool is elastic: ``spares``
+idle processes are kept ready, one more is forked when a call takes one,
+and idle processes beyond ``spares`` exit after ``linger`` seconds. A call
+never sees what the one before it left in its process: after each call the
+process restores fds 0-2, its network and mount namespaces, cwd, umask,
+environment and ``sys.path``, and checks everything else a call could change
+(threads, fds, signal handlers and timers, ids, rlimits, capabilities, every
+namespace type, memory growth past ``max_growth``). When a check fails, the
+call answered error 999, the caller's capabilities were smaller than the
+worker's (a dropped capability cannot be taken back), or the process ran
+``max_requests`` calls, the process exits after answering ("recycled", one
+log line with the reason) and the pool forks a fresh one. What a plugin
+keeps in its own module globals is kept across calls, as in any
+long-running server: keep per-call state in locals.
 
 Limits and faults (nothing a client or a child sends ends the parent):
 
@@ -66,9 +80,9 @@ Limits and faults (nothing a client or a child sends ends the parent):
   error 5 without being read; a client has ``request_timeout`` (30 s) for
   its whole request, then its connection is closed (one child, not the
   worker); at most `MAX_CHILDREN` children exist, further connections wait;
-* a child that ends without answering (signal, ``os._exit``, a crash) or is
-  killed after ``run_timeout`` (600 s, when the launcher gives up too)
-  costs only its own request: the worker answers it spec error 11 (try
+* a serving process that ends without answering (signal, ``os._exit``, a
+  crash) or is killed after ``run_timeout`` (600 s, when the launcher gives
+  up too) costs only its own request: the worker answers it spec error 11 (try
   again later: it may be partly done, and the runtime's DEL cleans up); a
   worker that vanishes after taking a request leaves the launcher to answer
   11 too;
@@ -95,6 +109,7 @@ import io
 import json
 import os
 import pkgutil
+import resource
 import select
 import selectors
 import signal
@@ -152,14 +167,24 @@ MAX_CHILDREN = 256
 #: Capabilities a caller must hold (effective) to be served: CAP_NET_ADMIN
 #: and CAP_SYS_ADMIN (setns), without which no CNI plugin can do its work.
 REQUIRED_CAPS = {12: "CAP_NET_ADMIN", 21: "CAP_SYS_ADMIN"}
+_TICK = 0.25  # seconds between the parent's checks of deadlines and idle processes
 _INFO_MAX = 4096  # a child's report to the parent; children bound their fields
 _FIELD_MAX = 256  # characters of a container ID etc. kept for the log
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
-# Child exit statuses; anything else is a crash the parent answers.
-_ANSWERED, _CLIENT_GONE, _IDLE_EXIT = 100, 101, 102
-# A child's reports: the connection it took (its fd attached), then the request's fields.
-_REPORT_ACCEPTED, _REPORT_REQUEST, _REPORT_DONE = b"accepted", b"request", b"done"
+# Serving processes' exit statuses; anything else is a crash the parent answers.
+_IDLE_EXIT, _RECYCLED = 102, 103
+# A serving process's reports: the connection it took (its fd attached), the
+# request's fields, how a request ended (for metrics), and idle again.
+_REPORT_ACCEPTED, _REPORT_REQUEST, _REPORT_DONE, _REPORT_IDLE = (b"accepted", b"request",
+                                                                 b"done", b"idle")
+#: Requests a serving process answers before it is recycled.
+MAX_REQUESTS = 1000
+#: Bytes of RSS a serving process may grow by (since its first request)
+#: before it is recycled.
+MAX_GROWTH = 64 << 20
+#: Seconds an idle serving process beyond ``spares`` lingers before it is retired.
+LINGER = 30.0
 #: ``Worker(mount_namespace=)``: enter the launcher's, or keep the worker's own.
 MOUNT_NAMESPACES = ("caller", "own")
 #: sd_listen_fds(3): the first passed fd.
@@ -391,9 +416,10 @@ class _TooLarge(Exception):
 
 @dataclass
 class ChildState:
-    """What the parent knows of one forked child (`Worker.children`): idle
-    until it reports the connection it accepted, then busy; the request
-    fields come from its "request" report, for the log and a crash answer."""
+    """What the parent knows of one serving process (`Worker.children`):
+    idle until it reports the connection it accepted, busy until it reports
+    idle again; the request fields come from its "request" report, for the
+    log and a crash answer."""
 
     conn: socket.socket | None = None  # the parent's copy of its connection
     since: float = 0.0  # monotonic time it accepted
@@ -403,6 +429,8 @@ class ChildState:
     version: str = ""  # the config's cniVersion, when it is one we know
     netns: str = ""
     overdue: bool = False  # killed at the run deadline
+    idle_since: float = 0.0  # monotonic time it last reported idle (or was forked)
+    retiring: bool = False  # asked to exit when idle (SIGUSR1)
 
     @property
     def busy(self) -> bool:
@@ -410,13 +438,14 @@ class ChildState:
 
 
 class Worker:
-    """The pre-forking server's parent. ``Worker(path).serve()`` runs until
-    SIGTERM/SIGINT.
+    """The parent of the pool of serving processes. ``Worker(path).serve()``
+    runs until SIGTERM/SIGINT.
 
-    ``spares`` children are kept forked and idle (each a `WorkerChild`,
-    serving one request); the parent forks a replacement as soon as a spare
-    is taken, reaps children, kills those past ``run_timeout`` and answers
-    for a child that ended without answering (spec error 11).
+    ``spares`` serving processes are kept forked and idle (each a
+    `WorkerChild`, serving calls one at a time); the parent forks another as
+    soon as a spare is taken, retires idle ones beyond ``spares`` after
+    ``linger`` seconds, reaps them, kills those past ``run_timeout`` and
+    answers for one that ended without answering (spec error 11).
 
     The parent reads nothing from clients; from children it reads bounded
     datagrams whose sender the kernel vouches for (SCM_CREDENTIALS), and a
@@ -430,11 +459,11 @@ class Worker:
             and the only plugins served (anything else is answered "unknown
             plugin", never imported).
         drain_timeout: seconds to wait for running children after SIGTERM.
-        spares: idle children kept ready (>= 1).
+        spares: idle serving processes kept ready (>= 1).
         log_fd: where log lines go (default: stderr, i.e. the journal); a
             copy is kept, as children point fd 2 at the launcher's stderr.
         request_timeout: seconds a client has to send its whole request.
-        run_timeout: seconds a request may run before its child is killed.
+        run_timeout: seconds a request may run before its process is killed.
         mount_namespace: "caller" (enter the launcher's mount namespace: a
             worker on the host) or "own" (stay in the worker's: a worker in a
             container, which gets the pod's network namespace as an fd, and
@@ -444,6 +473,11 @@ class Worker:
         log_file: also append every log line to this file.
         metrics_address: serve Prometheus metrics on ``HOST:PORT``
             (`cni_skel.warm.metrics`); None: no metrics.
+        max_requests: plugin calls a serving process runs before it is
+            recycled (1: a fresh process per call).
+        max_growth: bytes of RSS a serving process may grow by before it is
+            recycled.
+        linger: seconds an idle serving process beyond ``spares`` stays.
     """
 
     def __init__(self, socket_path: str = DEFAULT_SOCKET, refs: list[str] | None = None,
@@ -451,12 +485,16 @@ class Worker:
                  request_timeout: float = REQUEST_TIMEOUT,
                  run_timeout: float = RUN_TIMEOUT, mount_namespace: str = "caller",
                  idle_exit: float | None = None, log_file: str | None = None,
-                 metrics_address: str | None = None) -> None:
+                 metrics_address: str | None = None, max_requests: int = MAX_REQUESTS,
+                 max_growth: int = MAX_GROWTH, linger: float = LINGER) -> None:
         if mount_namespace not in MOUNT_NAMESPACES:
             raise ValueError(f"mount_namespace {mount_namespace!r}: one of "
                              f"{', '.join(MOUNT_NAMESPACES)}")
         self.mount_namespace = mount_namespace
         self.idle_exit = idle_exit
+        self.max_requests = max(1, max_requests)
+        self.max_growth = max_growth
+        self.linger = linger
         self.metrics_address = metrics_address
         self.metrics: Metrics | None = None
         self.activated = False  # the listening socket came from systemd
@@ -532,7 +570,7 @@ class Worker:
                            f"{', '.join(sorted(self.plugins))}"
                            + (f"; exits after {self.idle_exit:g} s idle"
                                  if self.idle_exit else ""))
-        self.deadline = 0.0
+        self.deadline = self.housekeeping_at = 0.0
         while True:
             try:
                 if self._step():
@@ -551,15 +589,23 @@ class Worker:
     def _step(self) -> bool:
         """One turn of the parent's loop; True when it is time to exit."""
         self._spawn_spares()
+        signaled = False
         for key, _ in self.sel.select(timeout=self._timeout()):
             if key.fileobj is self.info_r:
                 self._read_info()
             else:
+                signaled = True
                 with contextlib.suppress(OSError):
                     while os.read(self.wake_r, 512):
                         pass
-        self._reap()
-        self._kill_overdue()
+        # Reports come several per call: the rest waits for a signal or a tick.
+        now = time.monotonic()
+        if signaled or now >= self.housekeeping_at:
+            self._reap()
+        if now >= self.housekeeping_at:
+            self.housekeeping_at = now + _TICK
+            self._kill_overdue()
+            self._retire_extra()
         if self.metrics is not None:
             busy = sum(c.busy for c in self.children.values())
             self.metrics.set_children(len(self.children) - busy, busy)
@@ -587,6 +633,9 @@ class Worker:
         """How long the parent may sleep: until the next run deadline or idle
         exit, or a short tick while stopping or waiting to respawn."""
         waits = [0.5] if self.stopping or self.respawn_at or self.at_cap else []
+        idle = [c.idle_since for c in self.children.values() if not c.busy and not c.retiring]
+        if len(idle) > self.spares:
+            waits.append(max(0.05, min(idle) + self.linger - time.monotonic()))
         if self.idle_exit and not self.stopping:
             waits.append(max(0.05, self.last_active + self.idle_exit - time.monotonic()))
         busy = [c.since for c in self.children.values() if c.busy]
@@ -598,7 +647,7 @@ class Worker:
         if self.stopping or time.monotonic() < self.respawn_at:
             return
         self.respawn_at = 0.0
-        idle = sum(not c.busy for c in self.children.values())
+        idle = sum(not c.busy and not c.retiring for c in self.children.values())
         want = min(self.spares - idle, MAX_CHILDREN - len(self.children))
         if want < self.spares - idle and not self.at_cap:
             _log(self.log, "", f"{len(self.children)} children: at the limit "
@@ -615,7 +664,20 @@ class Worker:
                     _log(self.log, "", f"child failed: {type(exc).__name__}: {exc}")
                 finally:
                     os._exit(code)
-            self.children[pid] = ChildState()
+            self.children[pid] = ChildState(idle_since=time.monotonic())
+
+    def _retire_extra(self) -> None:
+        """Ask idle processes beyond ``spares`` that idled ``linger`` seconds
+        to exit (SIGUSR1: one that just took a connection serves it first)."""
+        idle = [(c.idle_since, pid) for pid, c in self.children.items()
+                if not c.busy and not c.retiring]
+        now = time.monotonic()
+        for since, pid in sorted(idle)[:max(0, len(idle) - self.spares)]:
+            if now - since < self.linger:
+                break
+            self.children[pid].retiring = True
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGUSR1)
 
     def _become_child(self) -> WorkerChild:
         """In a fresh fork: drop what only the parent uses (signal handlers,
@@ -636,7 +698,9 @@ class Worker:
                 other.conn.close()
         return WorkerChild(self.sock, self.stop_r, self.info_w, self.plugins, self.ident,
                            self.path, self.log, self.request_timeout,
-                           mount_namespace=self.mount_namespace, about=self.description)
+                           mount_namespace=self.mount_namespace, about=self.description,
+                           max_requests=self.max_requests, max_growth=self.max_growth,
+                           report_done=self.metrics is not None)
 
     def about(self) -> dict[str, Any]:
         """What a ping answers (JSON): version, protocol versions served, pid,
@@ -707,6 +771,11 @@ class Worker:
             child.conn = socket.socket(fileno=fds[0])
             child.since = self.last_active = time.monotonic()
             return []
+        if kind == _REPORT_IDLE and not fields and not fds and child.conn is not None:
+            child.conn.close()
+            self.children[pid] = ChildState(idle_since=time.monotonic(), retiring=child.retiring)
+            self.last_active = time.monotonic()
+            return []
         if kind == _REPORT_REQUEST and len(fields) == 5 and not fds:
             child.cid, child.cmd, child.ref, child.version, child.netns = (
                 f.decode("utf-8", "replace")[:_FIELD_MAX] for f in fields)
@@ -731,8 +800,9 @@ class Worker:
             child = self.children.pop(pid, None)
             if child is None:
                 continue
-            ok = os.WIFEXITED(status) and os.WEXITSTATUS(status) in (_ANSWERED, _CLIENT_GONE,
-                                                                     _IDLE_EXIT)
+            ok = os.WIFEXITED(status) and os.WEXITSTATUS(status) in (_IDLE_EXIT, _RECYCLED)
+            if ok and os.WEXITSTATUS(status) == _RECYCLED and self.metrics is not None:
+                self.metrics.recycled()
             if not ok and child.conn is not None:
                 self._answer_crash(child, pid, status)
             elif not ok:
@@ -779,34 +849,49 @@ class Worker:
 
 
 class WorkerChild:
-    """One forked child of a `Worker`: serves one request, then exits.
+    """One serving process of a `Worker`: serves requests one at a time
+    until it is recycled, retired or the worker stops.
 
     It touches the warm code paths once (so the copy-on-write page faults of
-    a first run happen before a request, not during it), waits on the shared
-    listening socket, accepts one connection, reports it to the parent
-    (passing it a copy, so a crash can still be answered), checks the caller,
-    enters its context and runs ``dispatch``. `serve` returns the child's
-    exit status.
+    a first run happen before a request, not during it), records the process
+    state a request may change (`ProcessBaseline`), then loops: wait on the
+    shared listening socket (EPOLLEXCLUSIVE: one idle process wakes per
+    connection), accept, report the connection to the parent (passing it a
+    copy, so a crash can still be answered), check the caller, enter its
+    context, run ``dispatch``, answer, put everything back and report idle.
+    A request that leaves something the process cannot put back (threads,
+    fds, signal handlers, ids, capabilities, namespaces, memory growth past
+    ``max_growth``), answers error 999 or ran with fewer capabilities ends
+    the process instead (recycled: the parent forks a fresh one as needed);
+    so does the ``max_requests``-th request. `serve` returns the exit status.
     """
 
     def __init__(self, sock: socket.socket, stop_r: int, info_w: socket.socket,
                  plugins: dict[str, Any], ident: tuple[int, int], path: str, log: LogSink,
                  request_timeout: float, *, mount_namespace: str = "caller",
-                 about: dict[str, Any] | None = None) -> None:
+                 about: dict[str, Any] | None = None, max_requests: int = MAX_REQUESTS,
+                 max_growth: int = MAX_GROWTH, report_done: bool = False) -> None:
         self.mount_namespace = mount_namespace
         self.about = about or {}
-        self.sock = sock  # the listening socket, shared with the other spares
-        self.stop_r = stop_r  # EOF when the worker stops: exit if idle
+        self.sock = sock  # the listening socket, shared with the other serving processes
+        self.stop_r = stop_r  # EOF when the worker stops: exit when idle
         self.info_w = info_w  # reports to the parent
         self.plugins = plugins
         self.ident = ident  # (st_dev, st_ino) of the worker's socket
         self.path = path
         self.log = log
         self.request_timeout = request_timeout
+        self.max_requests = max_requests
+        self.max_growth = max_growth
+        self.report_done = report_done  # the parent keeps metrics
+        self.retire = False  # the parent asked this idle process to go (SIGUSR1)
+        self.calls = 0  # plugin calls run (pings and refusals are not counted)
 
     def _report_done(self, plugin: str, verb: str, outcome: str, code: str,
                      seconds: float) -> None:
         """Tell the parent how a request ended (for its metrics)."""
+        if not self.report_done:
+            return
         fields = [_REPORT_DONE, *(v.encode("utf-8", "replace").replace(b"\0", b" ")[:_FIELD_MAX]
                                   for v in (plugin, verb, outcome, code, f"{seconds:.6f}"))]
         with contextlib.suppress(OSError):
@@ -816,76 +901,110 @@ class WorkerChild:
         self._report_done("-", "-", reason, "", 0.0)
 
     def serve(self) -> int:
-        """Wait for a connection and serve it; the exit status for the parent."""
+        """Serve connections until told to stop; the exit status for the parent."""
         # Rehearsing moves a request's first-touch costs to idle time; with a
         # connection already waiting (a burst) it would only add CPU to it.
         if not select.select([self.sock], [], [], 0)[0]:
             _rehearse(self.plugins)
-        conn = self._accept()
-        if conn is None:
-            return _IDLE_EXIT
-        conn.setblocking(True)
-        with contextlib.suppress(OSError):
-            self.info_w.sendmsg([_REPORT_ACCEPTED],
-                                [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                                  conn.fileno().to_bytes(4, sys.byteorder))])
-        deadline = time.monotonic() + self.request_timeout
-        try:
-            peer_pid, uid, _ = _peer_cred(conn)
-        except OSError:
-            peer_pid, uid = 0, -1
-        if uid != 0:
-            _log(self.log, "", f"refused a client with uid {uid}: only root is served")
-            self._not_served("refused")
-            _reply(conn, ST_REFUSED, 0, b"only root may use the cni-skel worker")
-            return _ANSWERED
-        try:
-            version, fields, fds = _read_request(conn, deadline)
-        except _OtherVersion as exc:
-            text = (f"cni-skel worker {__version__} serves launcher protocol {version_range()}, "
-                    f"not {exc}")
-            _log(self.log, "", f"refused a request: {text}")
-            self._not_served("protocol")
-            _reply(conn, ST_VERSION, 0, text.encode())
-            return _ANSWERED
-        except _TooLarge as exc:
-            _log(self.log, "", f"refused a request of {exc} bytes: over the limit")
-            self._not_served("too-large")
-            err = CNIError(ERR_IO_FAILURE, f"request of {exc} bytes exceeds the cni-skel "
-                           f"worker's limit of {MAX_REQUEST_BYTES} bytes")
-            out, code = error_answer(err, None)
-            _reply(conn, ST_DONE, code, out)
-            return _ANSWERED
-        except (OSError, ValueError) as exc:
-            _log(self.log, "", f"bad request: {type(exc).__name__}: {exc}")
-            self._not_served("bad-request")
-            _reply(conn, ST_BAD, 0, str(exc).encode())
-            return _ANSWERED
-        try:
-            return self._serve_request(conn, fields, fds, peer_pid, version)
-        finally:
-            for fd in fds:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-
-    def _accept(self) -> socket.socket | None:
-        """Wait for a connection (None: the worker is stopping)."""
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGUSR1, self._on_retire)
+        poll = select.epoll()
+        poll.register(self.sock.fileno(), select.EPOLLIN | select.EPOLLEXCLUSIVE)
+        poll.register(self.stop_r, select.EPOLLIN)
+        poll.register(wake_r, select.EPOLLIN)
+        self.baseline = baseline = ProcessBaseline(self.max_growth)
         while True:
-            ready, _, _ = select.select([self.sock, self.stop_r], [], [])
-            if self.stop_r in ready:
+            conn = self._accept(poll, wake_r)
+            if conn is None:
+                return _IDLE_EXIT
+            why = self._serve_connection(conn)
+            if why is None:
+                why = baseline.restore()
+            if why is None and self.calls >= self.max_requests:
+                why = f"ran {self.calls} calls"
+            if why is not None:
+                _log(self.log, "", f"recycled after {self.calls} call(s): {why}")
+                return _RECYCLED
+            with contextlib.suppress(OSError):
+                self.info_w.send(_REPORT_IDLE)
+
+    def _on_retire(self, signum: int, frame: Any) -> None:
+        self.retire = True
+
+    def _accept(self, poll: select.epoll, wake_r: int) -> socket.socket | None:
+        """Wait for a connection (None: the worker is stopping, or retires
+        this process)."""
+        while True:
+            if self.retire:
                 return None
+            events = dict(poll.poll())
+            if self.stop_r in events:
+                return None
+            if wake_r in events:
+                with contextlib.suppress(OSError):
+                    while os.read(wake_r, 64):
+                        pass
+            if self.sock.fileno() not in events or self.retire:
+                continue
             try:
                 conn, _ = self.sock.accept()
             except (BlockingIOError, InterruptedError):
-                continue  # another spare took it
+                continue  # another process took it
             return conn
 
+    def _serve_connection(self, conn: socket.socket) -> str | None:
+        """Serve one connection; why this process must not serve another
+        (None: it may, once `ProcessBaseline.restore` agrees)."""
+        with conn:
+            conn.setblocking(True)
+            with contextlib.suppress(OSError):
+                self.info_w.sendmsg([_REPORT_ACCEPTED],
+                                    [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                      conn.fileno().to_bytes(4, sys.byteorder))])
+            deadline = time.monotonic() + self.request_timeout
+            try:
+                peer_pid, uid, _ = _peer_cred(conn)
+            except OSError:
+                peer_pid, uid = 0, -1
+            if uid != 0:
+                _log(self.log, "", f"refused a client with uid {uid}: only root is served")
+                self._not_served("refused")
+                _reply(conn, ST_REFUSED, 0, b"only root may use the cni-skel worker")
+                return None
+            try:
+                version, fields, fds = _read_request(conn, deadline)
+            except _OtherVersion as exc:
+                text = (f"cni-skel worker {__version__} serves launcher protocol "
+                        f"{version_range()}, not {exc}")
+                _log(self.log, "", f"refused a request: {text}")
+                self._not_served("protocol")
+                _reply(conn, ST_VERSION, 0, text.encode())
+                return None
+            except _TooLarge as exc:
+                _log(self.log, "", f"refused a request of {exc} bytes: over the limit")
+                self._not_served("too-large")
+                err = CNIError(ERR_IO_FAILURE, f"request of {exc} bytes exceeds the cni-skel "
+                               f"worker's limit of {MAX_REQUEST_BYTES} bytes")
+                out, code = error_answer(err, None)
+                _reply(conn, ST_DONE, code, out)
+                return None
+            except (OSError, ValueError) as exc:
+                _log(self.log, "", f"bad request: {type(exc).__name__}: {exc}")
+                self._not_served("bad-request")
+                _reply(conn, ST_BAD, 0, str(exc).encode())
+                return None
+            try:
+                return self._serve_request(conn, fields, fds, peer_pid, version)
+            finally:
+                _close_all(fds)
+
     def _serve_request(self, conn: socket.socket, fields: list[bytes], fds: list[int],
-                       peer_pid: int = 0, version: int = PROTOCOL_VERSION) -> int:
+                       peer_pid: int = 0, version: int = PROTOCOL_VERSION) -> str | None:
         kind = fields[0]
         if kind == KIND_PING:
             conn.sendall(encode_reply(ST_PONG, 0, json.dumps(self.about).encode()))
-            return _ANSWERED
+            return None
         try:
             want = RUN_FIELDS_BY_VERSION[version]
             fd_counts = (3,) if version == 1 else (3, 4)
@@ -902,7 +1021,7 @@ class WorkerChild:
             _log(self.log, "", f"bad request: {exc}")
             self._not_served("bad-request")
             _reply(conn, ST_BAD, 0, str(exc).encode())
-            return _ANSWERED
+            return None
         start = time.monotonic()
         env = dict(item.split(b"=", 1) for item in env_b.split(b"\0") if b"=" in item)
 
@@ -921,40 +1040,51 @@ class WorkerChild:
 
         # Who is calling decides before anything of the request is acted on.
         try:
-            own, peer = _caller_caps(peer_pid)
+            own, peer = self.baseline.caps, _caller_caps(peer_pid, self.baseline.caps)
         except _Refused as exc:
             why = f"{exc}; the launcher falls back by its install (one-shot or code 11)"
             line.write("refused", why)
             _reply(conn, ST_REFUSED, 0, why.encode())
-            return _ANSWERED
+            return None
         if plugin is None:
             why = (f"plugin {ref[:_FIELD_MAX]!r} is not served by this worker (serving: "
                    f"{', '.join(sorted(self.plugins)) or 'none'}; add it with --preload)")
             line.write("unknown-plugin", why)
             _reply(conn, ST_UNKNOWN, 0, why.encode())
-            return _ANSWERED
+            return None
 
         _enter_namespaces(fds, self.mount_namespace)
         target = _caps_within(peer, own)
+        dirty = None
         if target != own:
             try:
                 _drop_caps(target, own)
             except OSError as exc:  # nothing ran yet: the launcher falls back
                 line.write("refused", f"cannot take the launcher's capabilities ({exc})")
                 _reply(conn, ST_REFUSED, 0, str(exc).encode())
-                return _ANSWERED
+                return "could not take the caller's capabilities"
+            dirty = "ran with the caller's smaller capability sets"
         if len(fds) > 3 and netns:
             hand_over_netns(netns, fds[3])
-        _enter_process_context(fds[2], os.fsdecode(cwd_b), umask, env)
-        out, code = _dispatch(plugin, stdin, InProcessExec(self.plugins, self.ident, self.log,
-                                                           cid, self._report_done))
+        self.calls += 1
+        try:
+            _enter_process_context(fds[2], os.fsdecode(cwd_b), umask, env)
+            out, code = _dispatch(plugin, stdin, InProcessExec(
+                self.plugins, self.ident, self.log, cid, self._report_done))
+        finally:
+            hand_over_netns(netns, None)
+            # The caller's stderr and namespaces go before the answer: a
+            # runtime reads the launcher's stderr to EOF once it exits.
+            self.baseline.restore_stdio()
+            _close_all(fds)
+        if code != 0 and _error_of(out)[0] == ERR_INTERNAL:
+            dirty = dirty or "answered error 999"
+        line.write("answered", "", out, code)  # before the answer: the log is never behind
         try:
             conn.sendall(encode_reply(ST_DONE, code, out))
         except OSError as exc:
-            line.write("answered", f"the launcher is gone ({exc})", out, code)
-            return _CLIENT_GONE
-        line.write("answered", "", out, code)
-        return _ANSWERED
+            _log(self.log, cid, f"{cmd or '-'} answered, but the launcher is gone ({exc})")
+        return dirty
 
 
 class _RequestLine:
@@ -1070,13 +1200,13 @@ class _Refused(Exception):
     """The caller is not served by the worker (the message says why)."""
 
 
-def _caller_caps(peer_pid: int) -> tuple[dict[str, int], dict[str, int]]:
-    """Our and the caller's capability sets (``peer_pid``: root by
-    SO_PEERCRED), when the caller may be served. Raises `_Refused` when we
-    cannot read its sets (no shared PID namespace: a DaemonSet needs
+def _caller_caps(peer_pid: int, own: dict[str, int]) -> dict[str, int]:
+    """The caller's capability sets (``peer_pid``: root by SO_PEERCRED),
+    when it may be served by a process holding ``own``. Raises `_Refused`
+    when we cannot read its sets (no shared PID namespace: a DaemonSet needs
     hostPID), or it or the worker lacks `REQUIRED_CAPS`."""
     try:
-        own, peer = _caps("self"), _caps(peer_pid)
+        peer = _caps(peer_pid)
     except (OSError, ValueError) as exc:
         raise _Refused(f"cannot read the caller's capabilities (pid {peer_pid}): {exc}") \
             from None
@@ -1086,7 +1216,7 @@ def _caller_caps(peer_pid: int) -> tuple[dict[str, int], dict[str, int]]:
     missing = [name for bit, name in REQUIRED_CAPS.items() if not own["CapEff"] >> bit & 1]
     if missing:
         raise _Refused(f"this worker lacks {' and '.join(missing)}")
-    return own, peer
+    return peer
 
 
 def _reply(conn: socket.socket, status: int, exit_code: int, out: bytes) -> None:
@@ -1151,6 +1281,146 @@ def _read_request(conn: socket.socket, deadline: float) -> tuple[int, list[bytes
             os.close(fd)
         raise
     return version, fields, fds
+
+
+_NAMESPACES = ("net", "mnt", "uts", "ipc", "pid_for_children", "cgroup", "time_for_children",
+               "user")
+_RLIMITS = tuple(getattr(resource, name) for name in dir(resource) if name.startswith("RLIMIT_"))
+# The standard signals a handler can be set for (real-time ones are left out: cheaper per call).
+_SIGNALS = tuple(sig for sig in signal.valid_signals()
+                 if sig < 32 and sig not in (signal.SIGKILL, signal.SIGSTOP))
+
+
+class ProcessBaseline:
+    """The state of a serving process that a request may change, taken
+    before its first request; `restore` puts it back after each request, or
+    says why it cannot (then the process is recycled, not reused).
+
+    Put back: fds 0-2 (`restore_stdio`) and the ``sys`` streams, network and
+    mount namespaces (setns to the process's own), cwd, umask, environment,
+    ``sys.path``, and the netns fd hand-over. Checked, never guessed at:
+    threads (setns of a mount namespace needs a single thread), open fds,
+    signal handlers, the signal mask and timers, user and group ids,
+    resource limits, capability sets and no_new_privs, the identity of every
+    namespace type, and memory: RSS grown more than ``max_growth`` bytes
+    since the first request.
+    """
+
+    def __init__(self, max_growth: int) -> None:
+        self.max_growth = max_growth
+        self.stdio = [os.dup(fd) for fd in (0, 1, 2)]  # non-inheritable copies
+        self.streams = (sys.stdin, sys.stdout, sys.stderr)
+        self.ns_fds = {kind: os.open(f"/proc/thread-self/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
+                       for kind in ("net", "mnt")}
+        self.namespaces = self._namespaces()
+        self.cwd = os.getcwd()
+        self.umask = os.umask(0o022)
+        os.umask(self.umask)
+        self.environ = dict(os.environb)
+        self.path = list(sys.path)
+        self.handlers = self._handlers()
+        self.sigmask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        self.ids = (os.getresuid(), os.getresgid(), sorted(os.getgroups()))
+        self.rlimits = [resource.getrlimit(r) for r in _RLIMITS]
+        self.caps = _caps("self")
+        self.fds = self._fds()
+        self.rss = _rss()
+
+    @staticmethod
+    def _namespaces() -> dict[str, tuple[int, int]]:
+        out = {}
+        for kind in _NAMESPACES:
+            with contextlib.suppress(OSError):  # a kernel without that type
+                st = os.stat(f"/proc/thread-self/ns/{kind}")
+                out[kind] = (st.st_dev, st.st_ino)
+        return out
+
+    @staticmethod
+    def _handlers() -> dict[int, Any]:
+        return {sig: signal.getsignal(sig) for sig in _SIGNALS}
+
+    @staticmethod
+    def _fds() -> set[int]:
+        return {int(name) for name in os.listdir("/proc/self/fd")}
+
+    def restore_stdio(self) -> None:
+        """fds 0-2 and ``sys.stdin/stdout/stderr`` as before the request (the
+        request pointed 1 and 2 at the caller's stderr)."""
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        sys.stdin, sys.stdout, sys.stderr = self.streams
+        for fd, saved in enumerate(self.stdio):
+            os.dup2(saved, fd)
+
+    def restore(self) -> str | None:
+        """Put the process back as it was; None, or why it cannot serve
+        another request."""
+        threads = len(os.listdir("/proc/self/task"))
+        if threads != 1:  # first: setns of a mount namespace fails with EINVAL then
+            return f"{threads - 1} thread(s) left running"
+        try:
+            self.restore_stdio()
+            for kind, flag in (("mnt", CLONE_NEWNS), ("net", CLONE_NEWNET)):
+                if not _same_file(self.ns_fds[kind], f"/proc/thread-self/ns/{kind}"):
+                    setns(self.ns_fds[kind], flag)
+            os.chdir(self.cwd)
+            os.umask(self.umask)
+            if dict(os.environb) != self.environ:
+                os.environb.clear()
+                os.environb.update(self.environ)
+            sys.path[:] = self.path
+        except Exception as exc:
+            return f"cannot put its context back: {type(exc).__name__}: {exc}"
+        return self.changed()
+
+    def changed(self) -> str | None:
+        """What a request left that `restore` does not put back (None: nothing)."""
+        if signal.alarm(0) or any(signal.getitimer(t) != (0.0, 0.0) for t in
+                                  (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL,
+                                   signal.ITIMER_PROF)):
+            return "a timer left set"
+        handlers = self._handlers()
+        moved = [signal.Signals(s).name for s in handlers if handlers[s] != self.handlers[s]]
+        if moved:
+            return f"signal handlers changed ({', '.join(moved[:4])})"
+        if signal.pthread_sigmask(signal.SIG_BLOCK, []) != self.sigmask:
+            return "the signal mask changed"
+        if (os.getresuid(), os.getresgid(), sorted(os.getgroups())) != self.ids:
+            return "user or group ids changed"
+        if [resource.getrlimit(r) for r in _RLIMITS] != self.rlimits:
+            return "resource limits changed"
+        if _caps("self") != self.caps:
+            return "capabilities changed"
+        namespaces = self._namespaces()
+        if namespaces != self.namespaces:
+            kinds = [k for k in self.namespaces if namespaces.get(k) != self.namespaces[k]]
+            return f"namespaces changed ({', '.join(kinds)})"
+        fds = self._fds()
+        if fds != self.fds:
+            gc.collect()  # a dropped socket or file in a reference cycle
+            fds = self._fds()
+        if fds - self.fds:
+            return f"fds left open ({', '.join(map(str, sorted(fds - self.fds)[:8]))})"
+        if self.fds - fds:
+            return f"fds of the worker closed ({', '.join(map(str, sorted(self.fds - fds)[:8]))})"
+        grown = _rss() - self.rss
+        if grown > self.max_growth:
+            return f"memory grew by {grown >> 20} MiB"
+        return None
+
+
+def _rss() -> int:
+    """This process's resident set, in bytes."""
+    with open("/proc/self/statm", "rb") as fp:
+        return int(fp.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _close_all(fds: list[int]) -> None:
+    """Close and forget ``fds`` (emptied: a second call closes nothing)."""
+    while fds:
+        with contextlib.suppress(OSError):
+            os.close(fds.pop())
 
 
 def _rehearse(plugins: dict[str, Any]) -> None:

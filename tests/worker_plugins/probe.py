@@ -4,8 +4,9 @@ Config keys (besides NetConf's): ``mode`` (``probe``: write ``report`` as
 JSON; ``sleep``: create ``marker`` then sleep ``seconds``; ``segv``: die of
 SIGSEGV; ``exit``: os._exit(0) without answering; ``garble``: send junk on
 every unix datagram socket it holds, i.e. the worker child's report channel,
-then answer), ``report``, ``marker``,
-``seconds``. ADD answers an empty result; the other verbs succeed.
+then answer; ``pollute``: write the pid to ``report``, then leave behind what
+``pollute`` lists, see `POLLUTIONS`), ``report``, ``marker``, ``seconds``,
+``pollute``. ADD answers an empty result; the other verbs succeed.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
 from cni_skel import NetConf, Plugin, Result
+from cni_skel.netns import CLONE_NEWNET, NetNS, setns
 
 
 class ProbeConf(NetConf):
@@ -27,6 +30,41 @@ class ProbeConf(NetConf):
     report: str = ""
     marker: str = ""
     seconds: float = 0.0
+    pollute: list[str] = []
+
+
+_leaked: list = []  # what "pollute" keeps alive on purpose
+
+
+def _pollute(what: str, netns: str) -> None:
+    if what == "fd":
+        _leaked.append(os.open(os.devnull, os.O_RDONLY))
+    elif what == "cwd":
+        os.chdir("/tmp")
+    elif what == "umask":
+        os.umask(0o077)
+    elif what == "env":
+        os.environ["CNSK_POLLUTED"] = "1"
+        os.environ.pop("PATH", None)
+    elif what == "netns":
+        ns = NetNS.open(netns)
+        setns(ns.fd, CLONE_NEWNET)  # and never back
+        ns.close()
+    elif what == "syspath":
+        sys.path.insert(0, "/cnsk-polluted")
+    elif what == "thread":
+        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+    elif what == "signal":
+        signal.signal(signal.SIGUSR2, lambda signum, frame: None)
+    elif what == "raise":
+        raise RuntimeError("probe raised on purpose")
+    elif what == "exit":
+        sys.exit(3)
+
+
+#: What ``mode: pollute`` can leave behind.
+POLLUTIONS = ("fd", "cwd", "umask", "env", "netns", "syspath", "thread", "signal", "raise",
+              "exit")
 
 
 def _garble_reports() -> None:
@@ -63,8 +101,12 @@ class WorkerProbe(Plugin):
         if conf.mode == "probe":
             mask = os.umask(0)
             os.umask(mask)
+            fds = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
             with open(conf.report, "w") as fp:
-                json.dump({"pid": os.getpid(), "cwd": os.getcwd(), "umask": mask,
+                json.dump({"pid": os.getpid(), "cwd": os.getcwd(), "umask": mask, "fds": fds,
+                           "threads": len(os.listdir("/proc/self/task")),
+                           "sigusr2": repr(signal.getsignal(signal.SIGUSR2)),
+                           "sys_path": sys.path,
                            "env": dict(os.environ), "netns": _ino("/proc/self/ns/net"),
                            "mntns": _ino("/proc/self/ns/mnt"),
                            "sys_class_net": sorted(os.listdir("/sys/class/net")),
@@ -81,6 +123,11 @@ class WorkerProbe(Plugin):
             os._exit(0)
         elif conf.mode == "garble":
             _garble_reports()
+        elif conf.mode == "pollute":
+            with open(conf.report, "w") as fp:
+                json.dump({"pid": os.getpid()}, fp)
+            for what in conf.pollute:
+                _pollute(what, args.netns)
         return Result()
 
     def delete(self, args, conf):

@@ -1,0 +1,234 @@
+"""Serving processes are reused, and a request leaves nothing to the next (issue 20).
+
+A worker serves calls from long-lived forked processes, one call at a time
+each. After every call the process puts back what a call may change (fds
+0-2, namespaces, cwd, umask, environment, sys.path) and checks the rest;
+what it cannot put back (open fds, threads, signal handlers, an error 999,
+smaller capability sets) ends the process instead, and a fresh one serves
+the next call. These tests look at the idle process from outside, through
+/proc, as well as through what the next call sees.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from conftest import HERE, SuiteWorker
+
+from cni_skel.harness import run_plugin_raw
+from cni_skel.warm.install import write_executable
+
+PROBE_REF = "worker_plugins.probe:WorkerProbe"
+# What the process puts back itself, and what makes it step down.
+RESTORED = ("cwd", "umask", "env", "netns", "syspath")
+RECYCLED = {"fd": "fds left open", "thread": "1 thread(s) left running",
+            "signal": "signal handlers changed (SIGUSR2)", "raise": "answered error 999",
+            "exit": "answered error 999"}
+
+
+@pytest.fixture
+def wdir():
+    d = tempfile.mkdtemp(prefix="cnsk-r-")  # short: sun_path holds 108 bytes
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+class Pool:
+    """A worker with one spare, the probe's launcher, a node and a pod."""
+
+    def __init__(self, wdir: str, netns_factory, *args: str) -> None:
+        self.wdir = wdir
+        self.worker = SuiteWorker(os.path.join(wdir, "w.sock"), os.path.join(wdir, "w.log"),
+                                  preload=(PROBE_REF,), pythonpath=(str(HERE),),
+                                  args=("--spares", "1", *args))
+        self.exe = write_executable(os.path.join(wdir, "bin"), "worker-probe", PROBE_REF,
+                                    pythonpath=[str(HERE)], worker_socket=self.worker.sock,
+                                    launcher="native")
+        self.node, self.pod = netns_factory("cnsk-node"), netns_factory("cnsk-pod")
+        self.calls = 0
+
+    def call(self, **conf):
+        self.calls += 1
+        report = os.path.join(self.wdir, f"r{self.calls}.json")
+        run = run_plugin_raw(self.exe, "ADD", {"cniVersion": "1.1.0", "name": "probenet",
+                                               "type": "worker-probe", "report": report,
+                                               **conf},
+                             container_id=f"reuse-{self.calls}", netns=self.pod.path,
+                             node=self.node, env={"CNSK_CALL": str(self.calls)})
+        if not os.path.exists(report):  # the modes that write none
+            return run, {}
+        with open(report) as fp:
+            return run, json.load(fp)
+
+    def probe(self) -> dict:
+        run, doc = self.call()
+        assert run.exit_code == 0, run
+        return doc
+
+    def processes(self) -> set[int]:
+        pid = self.worker.proc.pid
+        with open(f"/proc/{pid}/task/{pid}/children") as fp:
+            return {int(p) for p in fp.read().split()}
+
+    def stop(self) -> None:
+        self.worker.stop()
+
+
+@pytest.fixture
+def pool(wdir, netns_factory):
+    p = Pool(wdir, netns_factory)
+    yield p
+    p.stop()
+
+
+def idle_state(pid: int) -> dict:
+    """What an idle serving process holds, read from outside."""
+    with open(f"/proc/{pid}/status") as fp:
+        status = fp.read()
+    return {"net": os.stat(f"/proc/{pid}/ns/net").st_ino,
+            "mnt": os.stat(f"/proc/{pid}/ns/mnt").st_ino,
+            "cwd": os.readlink(f"/proc/{pid}/cwd"),
+            "umask": next(ln for ln in status.splitlines() if ln.startswith("Umask:")),
+            "fds": sorted(int(fd) for fd in os.listdir(f"/proc/{pid}/fd")),
+            "fd1": os.readlink(f"/proc/{pid}/fd/1"),
+            "threads": len(os.listdir(f"/proc/{pid}/task"))}
+
+
+def wait_idle(pid: int, timeout: float = 10.0) -> dict:
+    """``pid``'s state once it waits for the next connection again (it puts
+    itself back after the answer, so a call right after an answer may be
+    taken by another idle process)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with open(f"/proc/{pid}/wchan") as fp:
+            if "epoll" in fp.read():
+                return idle_state(pid)
+        assert time.monotonic() < deadline, f"{pid} never went idle"
+        time.sleep(0.01)
+
+
+def test_sequential_calls_reuse_one_process(pool):
+    """No fork per request: one process answers call after call, each in
+    the caller's context, and the worker's process count stays put."""
+    first = pool.probe()
+    before = pool.processes()
+    reports = []
+    for _ in range(5):
+        wait_idle(first["pid"])
+        reports.append(pool.probe())
+    assert {r["pid"] for r in reports} == {first["pid"]}, reports
+    assert pool.processes() == before
+    for r in reports:
+        assert r["netns"] == os.stat(pool.node.path).st_ino
+        assert r["sys_class_net"] == ["lo"]  # the node's own /sys: its mount namespace
+        assert r["fds"] == first["fds"] and r["threads"] == 1
+        assert r["env"]["CNSK_CALL"] != first["env"]["CNSK_CALL"]
+
+
+@pytest.mark.parametrize("what", RESTORED)
+def test_what_a_call_changes_is_put_back(pool, what):
+    clean = pool.probe()
+    pid = clean["pid"]
+    idle = wait_idle(pid)
+    run, doc = pool.call(mode="pollute", pollute=[what])
+    assert run.exit_code == 0 and doc["pid"] == pid, run
+    assert wait_idle(pid) == idle  # back to the state before, seen from outside
+    after = pool.probe()
+    assert after["pid"] == pid, "a call it can put back must not cost a process"
+    for key in ("cwd", "umask", "netns", "fds", "threads", "sigusr2", "sys_path"):
+        assert after[key] == clean[key], key
+    assert "CNSK_POLLUTED" not in after["env"] and "PATH" in after["env"]
+    assert "recycled" not in pool.worker.log()
+
+
+@pytest.mark.parametrize("what", sorted(RECYCLED))
+def test_what_a_call_cannot_undo_ends_its_process(pool, what):
+    clean = pool.probe()
+    pid = clean["pid"]
+    wait_idle(pid)
+    run, doc = pool.call(mode="pollute", pollute=[what])
+    assert doc["pid"] == pid
+    if what in ("raise", "exit"):
+        assert run.exit_code != 0 and run.doc["code"] == 999, run
+    else:
+        assert run.exit_code == 0, run
+    after = pool.probe()
+    assert after["pid"] != pid
+    for key in ("fds", "threads", "sigusr2", "sys_path"):
+        assert after[key] == clean[key], key
+    deadline = time.monotonic() + 10
+    while pid in pool.processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pid not in pool.processes()
+    log = pool.worker.log()
+    assert f"worker[{pid}]: - recycled after 2 call(s): {RECYCLED[what]}" in log, log
+    assert "internal error" not in log and "crash" not in log
+
+
+def test_max_requests_recycles(wdir, netns_factory):
+    p = Pool(wdir, netns_factory, "--max-requests", "2")
+    try:
+        pids = [p.probe()["pid"]]
+        wait_idle(pids[0])
+        pids += [p.probe()["pid"], p.probe()["pid"]]  # the 2nd call ends the process
+        assert pids[0] == pids[1] != pids[2], pids
+        assert f"worker[{pids[0]}]: - recycled after 2 call(s): ran 2 calls" \
+            in p.worker.log()
+    finally:
+        p.stop()
+
+
+def test_a_smaller_capability_set_is_not_inherited(pool):
+    """A caller holding fewer capabilities is served by a process that drops
+    to them; that process never serves again."""
+    clean = pool.probe()
+    wait_idle(clean["pid"])
+    report = os.path.join(pool.wdir, "capped.json")
+    env = {"PATH": os.environ["PATH"], "CNI_COMMAND": "ADD", "CNI_CONTAINERID": "capped1",
+           "CNI_NETNS": pool.pod.path, "CNI_IFNAME": "eth0",
+           "CNI_PATH": os.path.dirname(pool.exe)}
+    conf = {"cniVersion": "1.1.0", "name": "probenet", "type": "worker-probe",
+            "report": report}
+    proc = subprocess.run(["ip", "netns", "exec", pool.node.name, "setpriv",
+                           "--inh-caps=-sys_module", "--bounding-set=-sys_module", pool.exe],
+                          input=json.dumps(conf).encode(), capture_output=True, env=env,
+                          timeout=60, check=False)
+    assert proc.returncode == 0, proc
+    with open(report) as fp:
+        capped = json.load(fp)
+    assert capped["pid"] == clean["pid"], "served by the worker, in its reused process"
+    assert capped["status"] != clean["status"]
+    after = pool.probe()
+    assert after["pid"] != clean["pid"]
+    cap = [ln for ln in after["status"].splitlines() if ln.startswith(("CapEff", "CapBnd"))]
+    assert cap == [ln for ln in clean["status"].splitlines()
+                   if ln.startswith(("CapEff", "CapBnd"))]
+    assert "smaller capability sets" in pool.worker.log()
+
+
+def test_pool_grows_for_parallel_calls_and_shrinks_when_idle(wdir, netns_factory):
+    p = Pool(wdir, netns_factory, "--linger", "1")
+    try:
+        p.probe()
+        base = len(p.processes())
+        with ThreadPoolExecutor(4) as ex:
+            runs = list(ex.map(lambda i: p.call(mode="sleep", seconds=1.0,
+                                                marker=os.path.join(wdir, f"m{i}")), range(4)))
+        assert all(run.exit_code == 0 for run, _ in runs), runs
+        grown = len(p.processes())
+        assert grown >= 4, grown
+        deadline = time.monotonic() + 20
+        while len(p.processes()) > base and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(p.processes()) <= max(base, 2), (base, p.processes())
+        assert p.probe()["pid"] in p.processes()
+        assert "internal error" not in p.worker.log()
+    finally:
+        p.stop()
