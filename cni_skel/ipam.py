@@ -13,7 +13,6 @@ these mirror, including the error texts where a user might search for them.
 from __future__ import annotations
 
 import contextlib
-import socket
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -22,17 +21,24 @@ from .errors import ERR_INTERNAL, CNIError
 from .sysctl import read_sysctl, write_sysctl
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .netlink import Link
     from .netns import NetNS
     from .types import IPConfig, Result, Route
 
 __all__ = ["check_interface_ips", "check_routes", "configure_iface", "settle_addresses"]
 
 IFA_F_TENTATIVE = 0x40
+IFA_F_DADFAILED = 0x08
 DAD_SETTLE_TIMEOUT = 5.0  # seconds, as Go's ConfigureIface
 
 
-def configure_iface(netns: NetNS, ifname: str, result: Result) -> None:
+def configure_iface(netns: NetNS, ifname: str | Link, result: Result, *,
+                    ipr: Any = None) -> None:
     """Configure ``ifname`` inside ``netns`` from ``result``.
+
+    ``ifname``: the interface's name, or its `cni_skel.netlink.Link` (read
+    in ``netns``; no look-up then). ``ipr``: a netlink socket bound to
+    ``netns`` to use (`cni_skel.netns.NetNS.rtnl`); one is opened when None.
 
     For each entry of ``result.ips`` whose ``interface`` index names
     ``ifname`` (entries without an index are skipped): add the address; for
@@ -49,35 +55,44 @@ def configure_iface(netns: NetNS, ifname: str, result: Result) -> None:
             999 for kernel errors (naming the address or route); 3 when the
             namespace is gone.
     """
-    with netns.enter(), netns.iproute() as ipr:
-        index = netlink.link_index(ipr, ifname)
-        gw4 = gw6 = None
-        ipv6_ready = False
-        for ipc in result.ips:
-            if ipc.interface is None:
-                continue
-            i = ipc.interface
-            if i < 0 or i >= len(result.interfaces) or result.interfaces[i].name != ifname:
-                raise CNIError(ERR_INTERNAL, f'failed to add IP addr {ipc.address} to '
-                                             f'"{ifname}": invalid interface index')
-            if ipc.address.version == 6 and not ipv6_ready:
-                _enable_ipv6(ifname)
-                ipv6_ready = True
-            netlink.add_address(ipr, index, ipc.address)
-            if ipc.gateway is not None:
-                if ipc.gateway.version == 4 and gw4 is None:
-                    gw4 = ipc.gateway
-                elif ipc.gateway.version == 6 and gw6 is None:
-                    gw6 = ipc.gateway
-        netlink.link_up(ipr, index)
-        if gw6 is not None:
-            settle_addresses(ipr, index, DAD_SETTLE_TIMEOUT)
-        for route in result.routes:
-            dst = route.dst.network
-            gw = route.gw if route.gw is not None else (gw4 if dst.version == 4 else gw6)
-            netlink.add_route(ipr, dst, gw=gw, dev=index, priority=route.priority or None,
-                              table=route.table, scope=route.scope, mtu=route.mtu or None,
-                              advmss=route.advmss or None)
+    with contextlib.ExitStack() as stack:
+        if ipr is None:
+            ipr = stack.enter_context(netns.rtnl())
+        stack.enter_context(netns.enter())
+        _configure(ipr, ifname, result)
+
+
+def _configure(ipr: Any, link: str | Link, result: Result) -> None:
+    """`configure_iface`'s work, inside the namespace."""
+    ifname = link if isinstance(link, str) else link.name
+    index = netlink.link_index(ipr, link)
+    gw4 = gw6 = None
+    ipv6_ready = False
+    for ipc in result.ips:
+        if ipc.interface is None:
+            continue
+        i = ipc.interface
+        if i < 0 or i >= len(result.interfaces) or result.interfaces[i].name != ifname:
+            raise CNIError(ERR_INTERNAL, f'failed to add IP addr {ipc.address} to '
+                                         f'"{ifname}": invalid interface index')
+        if ipc.address.version == 6 and not ipv6_ready:
+            _enable_ipv6(ifname)
+            ipv6_ready = True
+        netlink.add_address(ipr, index, ipc.address)
+        if ipc.gateway is not None:
+            if ipc.gateway.version == 4 and gw4 is None:
+                gw4 = ipc.gateway
+            elif ipc.gateway.version == 6 and gw6 is None:
+                gw6 = ipc.gateway
+    netlink.link_up(ipr, index)
+    if gw6 is not None:
+        settle_addresses(ipr, index, DAD_SETTLE_TIMEOUT)
+    for route in result.routes:
+        dst = route.dst.network
+        gw = route.gw if route.gw is not None else (gw4 if dst.version == 4 else gw6)
+        netlink.add_route(ipr, dst, gw=gw, dev=index, priority=route.priority or None,
+                          table=route.table, scope=route.scope, mtu=route.mtu or None,
+                          advmss=route.advmss or None)
 
 
 def _enable_ipv6(ifname: str) -> None:
@@ -95,7 +110,7 @@ def _enable_ipv6(ifname: str) -> None:
         write_sysctl(f"net/ipv6/conf/{ifname}/keep_addr_on_down", "1")
 
 
-def settle_addresses(ipr: Any, link: str | int, timeout: float) -> None:
+def settle_addresses(ipr: Any, link: str | int | Link, timeout: float) -> None:
     """Wait until no IPv6 address of ``link`` is tentative (DAD running), at
     most ``timeout`` seconds.
 
@@ -106,11 +121,11 @@ def settle_addresses(ipr: Any, link: str | int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     index = netlink.link_index(ipr, link)
     while True:
-        msgs = ipr.get_addr(family=socket.AF_INET6, index=index)
-        tentative = [m for m in msgs if _ifa_flags(m) & IFA_F_TENTATIVE]
+        tentative = [flags for _, flags in netlink.address_flags(ipr, index, 6)
+                     if flags & IFA_F_TENTATIVE]
         if not tentative:
             return
-        if any(_ifa_flags(m) & 0x08 for m in tentative):  # IFA_F_DADFAILED
+        if any(flags & IFA_F_DADFAILED for flags in tentative):
             raise CNIError(ERR_INTERNAL, f'duplicate address detection failed on "{link}"')
         if time.monotonic() >= deadline:
             raise CNIError(ERR_INTERNAL, f'addresses of "{link}" still tentative after '
@@ -118,20 +133,18 @@ def settle_addresses(ipr: Any, link: str | int, timeout: float) -> None:
         time.sleep(0.05)
 
 
-def _ifa_flags(msg: Any) -> int:
-    return msg.get("IFA_FLAGS") or msg["flags"]
-
-
-def check_interface_ips(ipr: Any, ifname: str, ips: list[IPConfig]) -> None:
-    """Every address of ``ips`` is on ``ifname`` with its prefix length.
+def check_interface_ips(ipr: Any, ifname: str | Link, ips: list[IPConfig]) -> None:
+    """Every address of ``ips`` is on ``ifname`` (a name or its `Link`) with
+    its prefix length.
 
     Raises:
         CNIError: 999 naming the interface and the missing address.
     """
     present = {str(a) for a in netlink.addresses(ipr, ifname)}
+    name = ifname if isinstance(ifname, str) else ifname.name
     for ipc in ips:
         if str(ipc.address) not in present:
-            raise CNIError(ERR_INTERNAL, f'IP address {ipc.address} not found on "{ifname}"')
+            raise CNIError(ERR_INTERNAL, f'IP address {ipc.address} not found on "{name}"')
 
 
 def check_routes(ipr: Any, routes: list[Route]) -> None:

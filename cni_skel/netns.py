@@ -34,6 +34,7 @@ from cni_skel.errors import (
     ERR_UNKNOWN_CONTAINER,
     CNIError,
 )
+from cni_skel.rtnl import Rtnl
 
 T = TypeVar("T")
 
@@ -305,6 +306,30 @@ class NetNS:
         """
         with self.enter():
             return fn(*args, **kwargs)
+
+    def rtnl(self) -> Rtnl:
+        """A synchronous rtnetlink socket (`cni_skel.rtnl.Rtnl`) living in
+        this namespace: what `cni_skel.netlink` helpers run on fastest (about
+        half the CPU of an ``IPRoute`` per request, and ~20 us to open
+        instead of ~0.5 ms). The caller closes it (context manager).
+
+        Created while inside :meth:`enter`, so it stays bound to this
+        namespace whichever thread uses it later (one request at a time);
+        no helper process. For pyroute2's own API (``ipr.link(...)``,
+        ``get_links()``...) use :meth:`iproute`.
+
+        Raises:
+            CNIError: as :meth:`enter`; code 999 when the socket can not be
+                created.
+        """
+        with self.enter():
+            try:
+                return Rtnl()
+            except OSError as e:
+                raise CNIError(
+                    ERR_INTERNAL,
+                    f'failed to open netlink socket in netns "{self.path}": {_strerror(e)}',
+                ) from e
 
     def iproute(self) -> IPRoute:
         """A pyroute2 ``IPRoute`` whose netlink socket lives in this namespace.

@@ -7,9 +7,19 @@ through the ``nftables`` Python binding (PyPI ``pip-nftables``, the same
 module Debian ships as python3-nftables); only the plugins that use nftables
 import this module (attachment tags live in `cni_skel.tags`).
 
-The context acts in the network namespace of the *calling thread* (libnftables
-opens its netlink socket per command); wrap calls in `cni_skel.netns.NetNS.run`
-to act elsewhere.
+A libnftables context opens its netlink socket when it is created, in the
+network namespace of the thread creating it, and acts there for its whole
+life. `Nft` therefore acts in the namespace its creator thread was in when
+it was made; make it inside `cni_skel.netns.NetNS.run` to act elsewhere.
+Contexts are costly to make (loading and initialising libnftables), so this
+module keeps a few per process, reused by every `Nft` made in the same
+namespace and thread: at most `CONTEXTS_MAX`, keyed by the namespace's
+identity (st_dev, st_ino of ``/proc/thread-self/ns/net``) and the thread,
+least recently used dropped first, all dropped in a forked child (their
+sockets are the parent's). They hold no data of a request (each command's
+output and error buffers are read and reset with it). `release_contexts`
+drops them all (a long-lived worker calls it between requests when it
+wants no namespace kept alive: a context's socket pins its namespace).
 
 Elements of sets that plugins share between containers carry an *attachment
 tag* (`attachment_tag`) as their nftables comment, so DEL and GC can find a
@@ -30,6 +40,8 @@ import errno
 import functools
 import ipaddress
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from types import SimpleNamespace
 from typing import Any, NamedTuple
@@ -46,6 +58,7 @@ except ImportError as _exc:  # answered by Nft() with code 50, not at import
 
 __all__ = [
     "COMMENT_MAX",
+    "CONTEXTS_MAX",
     "Element",
     "GetChain",
     "GetElement",
@@ -59,6 +72,7 @@ __all__ = [
     "lookup",
     "network_tag",
     "nft_status",
+    "release_contexts",
     "table_state",
 ]
 
@@ -90,26 +104,91 @@ def _errno_from(text: str) -> int | None:
     return None
 
 
+#: How many libnftables contexts a process keeps (see the module docstring).
+CONTEXTS_MAX = 4
+# (json?, st_dev, st_ino, thread id) -> libnftables context, least recent first
+_contexts: OrderedDict[tuple[bool, int, int, int], Any] = OrderedDict()
+_contexts_pid = os.getpid()
+_contexts_lock = threading.Lock()
+_THREAD_NS = "/proc/thread-self/ns/net"
+
+
+def _netns_identity() -> tuple[int, int]:
+    """(st_dev, st_ino) of the calling thread's network namespace."""
+    try:
+        st = os.stat(_THREAD_NS)
+    except FileNotFoundError:  # Linux < 3.17
+        st = os.stat(f"/proc/self/task/{threading.get_native_id()}/ns/net")
+    return st.st_dev, st.st_ino
+
+
+def _context(json: bool, keep: bool = True) -> Any:
+    """The calling thread's libnftables context for its current namespace
+    (JSON output with handles, or plain text), made when there is none
+    (``keep`` False: always a new one, not kept)."""
+    global _contexts_pid
+    key = (json, *_netns_identity(), threading.get_ident())
+    with _contexts_lock:
+        if _contexts_pid != os.getpid():
+            _contexts.clear()  # forked: never share the parent's sockets
+            _contexts_pid = os.getpid()
+        ctx = _contexts.get(key) if keep else None
+        if ctx is not None:
+            _contexts.move_to_end(key)
+            return ctx
+    if nftables is None:
+        raise NftError(f"nftables Python binding not available: {_NFTABLES_MISSING}", None,
+                       ERR_PLUGIN_NOT_AVAILABLE)
+    try:
+        ctx = nftables.Nftables()
+    except OSError as e:
+        raise NftError(f"libnftables not available: {e}", None,
+                       ERR_PLUGIN_NOT_AVAILABLE) from e
+    if json:
+        ctx.set_json_output(True)
+        ctx.set_handle_output(True)
+    if keep:
+        with _contexts_lock:
+            _contexts[key] = ctx
+            while len(_contexts) > CONTEXTS_MAX:
+                _contexts.popitem(last=False)
+    return ctx
+
+
+def _forked() -> None:
+    # In a child of os.fork(): the kept contexts' sockets are the parent's,
+    # and the lock may have been held by a thread that does not exist here.
+    global _contexts_lock, _contexts_pid
+    _contexts_lock = threading.Lock()
+    _contexts.clear()
+    _contexts_pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+def release_contexts() -> None:
+    """Drop every libnftables context this process keeps (their sockets
+    close once no `Nft` uses them). The next `Nft` makes a new one."""
+    with _contexts_lock:
+        _contexts.clear()
+
+
 class Nft:
-    """A libnftables context with JSON output.
+    """A libnftables context with JSON output, acting in the network
+    namespace the calling thread is in (a kept context when there is one
+    for it, see the module docstring). ``keep=False``: contexts of its own,
+    not kept, for a namespace that is about to go (a kept one would keep
+    it alive).
 
     Raises:
         NftError: code 50 when libnftables can not be loaded (package
             libnftables1 missing, or the binding absent).
     """
 
-    def __init__(self) -> None:
-        if nftables is None:
-            raise NftError(f"nftables Python binding not available: {_NFTABLES_MISSING}", None,
-                           ERR_PLUGIN_NOT_AVAILABLE)
-        try:
-            ctx = nftables.Nftables()
-        except OSError as e:
-            raise NftError(f"libnftables not available: {e}", None,
-                           ERR_PLUGIN_NOT_AVAILABLE) from e
-        ctx.set_json_output(True)
-        ctx.set_handle_output(True)
-        self._ctx = ctx
+    def __init__(self, *, keep: bool = True) -> None:
+        self._keep = keep
+        self._ctx = _context(json=True, keep=keep)
         self._text_ctx: Any = None
 
     def run(self, commands: Iterable[dict[str, Any]], *, what: str = "nftables") -> list[dict]:
@@ -138,7 +217,7 @@ class Nft:
         ``conditionsV4``), which libnftables' JSON input cannot carry.
         Returns libnftables' ``(rc, output, error text)``."""
         if self._text_ctx is None:
-            self._text_ctx = nftables.Nftables()
+            self._text_ctx = _context(json=False, keep=self._keep)
         return self._text_ctx.cmd(command)
 
     def table(self, family: str, name: str) -> Table | None:
@@ -282,13 +361,14 @@ class Element(NamedTuple):
     comment: str | None
 
 
-# The netlink side (messages, attributes, socket, sequence numbers, errors) is
-# pyroute2's nf_tables support (pyroute2.netlink.nfnetlink.nftsocket). What is
-# ours is nftables' data layout: how a key of a given nftables type is laid out
-# in NFTA_DATA_VALUE, which pyroute2 does not know for concatenations.
+# The messages, attributes and their parsing are pyroute2's nf_tables support
+# (pyroute2.netlink.nfnetlink.nftsocket), sent on a cni_skel.nlsock socket of
+# the call (pyroute2's own nf_tables socket runs an asyncio loop). What is ours
+# is nftables' data layout: how a key of a given nftables type is laid out in
+# NFTA_DATA_VALUE, which pyroute2 does not know for concatenations.
 
 _BATCH = 64  # requests per send: their answers must fit the socket's receive buffer
-_TIMEOUT = 30.0  # seconds for all the answers (a reply dropped by the kernel: an error)
+_TIMEOUT = 30.0  # seconds for each answer (a reply dropped by the kernel: an error)
 _PROTO_NUM = {"icmp": 1, "igmp": 2, "tcp": 6, "udp": 17, "gre": 47, "esp": 50, "ah": 51,
               "icmpv6": 58, "sctp": 132, "udplite": 136}
 _PROTO_NAME = {v: k for k, v in _PROTO_NUM.items()}
@@ -296,19 +376,24 @@ _PROTO_NAME = {v: k for k, v in _PROTO_NUM.items()}
 
 @functools.cache
 def _netlink() -> SimpleNamespace:
-    """pyroute2's nf_tables pieces (and the asyncio they run on), imported
-    on the first `lookup` / `generation`: a one-shot portmap ADD makes no
-    point read and must not pay pyroute2's import (~100 ms)."""
-    import asyncio  # noqa: PLC0415 (see above)
-
-    from pyroute2.netlink import NLM_F_REQUEST  # noqa: PLC0415
+    """pyroute2's nf_tables pieces and our socket, imported on the first
+    `lookup` / `generation`: a one-shot portmap ADD makes no point read and
+    must not pay pyroute2's import (~100 ms). (Modules and constants only:
+    nothing of a request is kept.)"""
+    from pyroute2.netlink import NETLINK_NETFILTER, NLM_F_REQUEST  # noqa: PLC0415 (see above)
     from pyroute2.netlink.exceptions import NetlinkError  # noqa: PLC0415
+    from pyroute2.netlink.marshal import Marshal  # noqa: PLC0415
     from pyroute2.netlink.nfnetlink import NFNL_SUBSYS_NFTABLES, nftsocket  # noqa: PLC0415
-    from pyroute2.netlink.nlsocket import NetlinkRequest  # noqa: PLC0415
 
-    return SimpleNamespace(asyncio=asyncio, NLM_F_REQUEST=NLM_F_REQUEST,
+    from .nlsock import NetlinkSocket  # noqa: PLC0415
+
+    # message type -> class, as pyroute2's nf_tables socket registers them
+    policy = {(NFNL_SUBSYS_NFTABLES << 8) | kind: cls
+              for kind, cls in nftsocket.AsyncNFTSocket.policy.items()}
+    return SimpleNamespace(NETLINK_NETFILTER=NETLINK_NETFILTER, NLM_F_REQUEST=NLM_F_REQUEST,
                            NetlinkError=NetlinkError, NFNL_SUBSYS_NFTABLES=NFNL_SUBSYS_NFTABLES,
-                           n=nftsocket, NetlinkRequest=NetlinkRequest)
+                           n=nftsocket, Marshal=Marshal, NetlinkSocket=NetlinkSocket,
+                           policy=policy)
 
 
 def _value_bytes(kind: str, value: Any) -> bytes:
@@ -392,53 +477,34 @@ def _element(query: GetElement, answer: Any) -> Element | None:
 
 
 def _exchange(family: str, messages: list[tuple[int, Any]]) -> list[tuple[list[Any], int]]:
-    """Send the requests on one pyroute2 nf_tables socket, ``_BATCH`` per
-    send, and collect each one's answer: (its messages, 0) or ([], errno).
-    The answers stop after the first error other than ENOENT: nfnetlink
-    answers a send it refuses as a whole (EPERM without CAP_NET_ADMIN) once.
+    """Send the requests on one nfnetlink socket, ``_BATCH`` per send, and
+    collect each one's answer: (its messages, 0) or ([], errno). The answers
+    stop after the first error other than ENOENT: nfnetlink answers a send
+    it refuses as a whole (EPERM without CAP_NET_ADMIN) once.
 
     Raises:
-        NftError: the socket failed (no nfnetlink), or answers were missing
+        NftError: the socket failed (no nfnetlink), or an answer was missing
             after ``_TIMEOUT`` seconds.
     """
     nl = _netlink()
-    n, asyncio = nl.n, nl.asyncio
+    n = nl.n
     nfproto = {"inet": n.NFPROTO_INET, "ip": n.NFPROTO_IPV4, "ip6": n.NFPROTO_IPV6,
                "arp": n.NFPROTO_ARP, "bridge": n.NFPROTO_BRIDGE, "netdev": n.NFPROTO_NETDEV}[family]
-
-    async def exchange() -> list[tuple[list[Any], int]]:
-        # pyroute2's nlm_request_batch, keeping each request's own error
-        # (there, the first error ends the batch or all errors are dropped).
-        out: list[tuple[list[Any], int]] = []
-        async with asyncio.timeout(_TIMEOUT), n.AsyncNFTSocket(nfgen_family=nfproto) as sock:
-            for start in range(0, len(messages), _BATCH):
-                requests = []
-                for kind, msg in messages[start:start + _BATCH]:
-                    msg["nfgen_family"] = nfproto
-                    req = nl.NetlinkRequest(sock, msg,
-                                            msg_type=(nl.NFNL_SUBSYS_NFTABLES << 8) | kind,
-                                            msg_flags=nl.NLM_F_REQUEST)
-                    await req.prepare()
-                    requests.append(req)
-                sock.send(b"".join(req.msg.data for req in requests))
-                for req in requests:
-                    try:
-                        out.append(([m async for m in req.response()], 0))
-                    except nl.NetlinkError as e:
-                        out.append(([], e.code))
-                        if e.code != errno.ENOENT:
-                            return out
-        return out
-
-    loop = asyncio.new_event_loop()
+    requests = []
+    for kind, msg in messages:
+        msg["nfgen_family"] = nfproto
+        requests.append((msg, (nl.NFNL_SUBSYS_NFTABLES << 8) | kind, nl.NLM_F_REQUEST))
+    marshal = nl.Marshal()
+    marshal.msg_map.update(nl.policy)
     try:
-        return loop.run_until_complete(exchange())
-    except TimeoutError as e:
-        raise NftError(f"nftables netlink: no answer in {_TIMEOUT:.0f} s", errno.ETIMEDOUT) from e
+        with nl.NetlinkSocket(nl.NETLINK_NETFILTER, marshal, timeout=_TIMEOUT) as sock:
+            return sock.batch(requests, tolerate=(errno.ENOENT,), chunk=_BATCH)
+    except nl.NetlinkError as e:
+        if e.code == errno.ETIMEDOUT:
+            raise NftError(f"nftables netlink: no answer in {_TIMEOUT:.0f} s", e.code) from e
+        raise NftError(f"nftables netlink: {os.strerror(e.code)}", e.code) from e
     except OSError as e:
         raise NftError(f"nftables netlink: {e.strerror or e}", e.errno) from e
-    finally:
-        loop.close()
 
 
 def lookup(family: str, table: str, queries: Iterable[Any]) -> list[Any]:

@@ -8,7 +8,10 @@ Keys are ``net.ipv4.ip_forward`` (dots become slashes) or
 ``net/ipv4/ip_forward`` (used as is). Interface names may contain dots
 (``eth0.100``): use the slash form for those. Which keys a plugin may touch
 (e.g. the tuning plugin's ``net.*``-only rule) is the caller's policy; this
-module only guarantees the path stays inside /proc/sys.
+module only guarantees the path stays inside /proc/sys. `read_sysctl` and
+`write_sysctl` check where the file they opened resolves to (one readlink
+of the open fd), not the path before opening it (a realpath walk, several
+times the cost).
 """
 
 from __future__ import annotations
@@ -38,6 +41,18 @@ def sysctl_path(key: str) -> str:
             empty, absolute, contains NUL, empty / ``.`` / ``..`` components,
             or resolves (symlinks included) outside /proc/sys.
     """
+    path = _lexical_path(key)
+    if not _inside(os.path.realpath(path)):
+        raise _invalid(key, "resolves outside /proc/sys")
+    return path
+
+
+def _inside(real: str) -> bool:
+    return real != PROC_SYS and os.path.commonpath([real, PROC_SYS]) == PROC_SYS
+
+
+def _lexical_path(key: str) -> str:
+    """`sysctl_path` without resolving symlinks (code 7 as it)."""
     if not isinstance(key, str) or not key:
         raise _invalid(key, "empty")
     if "\0" in key:
@@ -48,11 +63,21 @@ def sysctl_path(key: str) -> str:
     for part in parts:
         if part in ("", ".", ".."):
             raise _invalid(key, "empty or relative path component")
-    path = os.path.join(PROC_SYS, *parts)
-    real = os.path.realpath(path)
-    if os.path.commonpath([real, PROC_SYS]) != PROC_SYS or real == PROC_SYS:
+    return os.path.join(PROC_SYS, *parts)
+
+
+def _open(key: str, path: str, flags: int) -> int:
+    """An fd on ``path``, checked to resolve inside /proc/sys (else closed,
+    code 7). Raises OSError from open(2)."""
+    fd = os.open(path, flags | os.O_CLOEXEC)
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        real = os.path.realpath(path)  # no /proc/self/fd: resolve the path
+    if not _inside(real):
+        os.close(fd)
         raise _invalid(key, "resolves outside /proc/sys")
-    return path
+    return fd
 
 
 def _strerror(e: OSError) -> str:
@@ -67,10 +92,16 @@ def read_sysctl(key: str) -> str:
         CNIError: 7 for an invalid key or EINVAL from the kernel; 999 for
             other errors (e.g. ENOENT: no such sysctl), naming the key.
     """
-    path = sysctl_path(key)
+    path = _lexical_path(key)
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        fd = _open(key, path, os.O_RDONLY)
+        try:
+            chunks = []
+            while chunk := os.read(fd, 65536):
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
+        data = b"".join(chunks)
     except OSError as e:
         code = ERR_INVALID_NETWORK_CONFIG if e.errno == errno.EINVAL else ERR_INTERNAL
         raise CNIError(code, f'failed to read sysctl "{key}": {_strerror(e)}') from e
@@ -85,10 +116,10 @@ def write_sysctl(key: str, value: str) -> None:
             (EINVAL); 999 for other errors (ENOENT, EPERM, EACCES...), naming
             the key.
     """
-    path = sysctl_path(key)
+    path = _lexical_path(key)
     data = str(value).encode()
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        fd = _open(key, path, os.O_WRONLY)
         try:
             written = os.write(fd, data)
         finally:

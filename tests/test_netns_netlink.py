@@ -1,4 +1,6 @@
-"""Tests for cni_skel.netns, cni_skel.netlink and cni_skel.sysctl.
+"""Tests for cni_skel.netns, cni_skel.netlink (on both sockets it takes:
+pyroute2's IPRoute and cni_skel.rtnl.Rtnl), cni_skel.nlsock and
+cni_skel.sysctl.
 
 Run as root. Every test acts only inside network namespaces it creates
 (``cnsk-<pid>-<n>``) and removes; the root namespace is only ever read (by
@@ -19,7 +21,10 @@ import threading
 import pytest
 from pyroute2 import IPRoute
 from pyroute2 import netns as p2netns
-from pyroute2.netlink.exceptions import NetlinkError
+from pyroute2.netlink import NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_MULTI, NLM_F_REQUEST, nlmsgerr
+from pyroute2.netlink.exceptions import NetlinkDumpInterrupted, NetlinkError
+from pyroute2.netlink.rtnl import RTM_GETLINK, RTM_NEWLINK
+from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
 from cni_skel.errors import CNIError
 from cni_skel.netlink import (
@@ -28,22 +33,27 @@ from cni_skel.netlink import (
     LinkNotFound,
     add_address,
     add_route,
+    address_flags,
     addresses,
     bridge_port,
+    bridge_port_set,
     bridge_vlans,
     create_veth_pair,
     del_address,
     del_route,
     delete_link,
+    ensure_bridge,
     find_link,
     link_down,
     link_index,
     link_set,
     link_up,
     move_link,
+    route_get,
     routes,
 )
 from cni_skel.netns import NetNS, NetNSNotFound, current_netns, open_netns
+from cni_skel.rtnl import Rtnl
 from cni_skel.sysctl import read_sysctl, sysctl_path, write_sysctl
 
 pytestmark = [
@@ -110,6 +120,45 @@ def _add_test_link(ipr, name: str) -> str:
 
 def _flags(ipr, name: str) -> int:
     return ipr.link("get", ifname=name)[0]["flags"]
+
+
+@pytest.fixture(params=["iproute", "rtnl"])
+def sock(request):
+    """Opens the socket kind under test bound to a NetNS: pyroute2's
+    ``IPRoute`` (NetNS.iproute) or ours (NetNS.rtnl). Both take the
+    cni_skel.netlink helpers and answer the same."""
+    return lambda ns: ns.iproute() if request.param == "iproute" else ns.rtnl()
+
+
+@contextlib.contextmanager
+def _requests(ipr):
+    """Record the message type of every request the netlink helpers send
+    on ``ipr`` (either socket kind)."""
+    sent: list[int] = []
+    if isinstance(ipr, Rtnl):
+        real = ipr.request
+
+        def request(msg, msg_type, flags):
+            sent.append(msg_type)
+            return real(msg, msg_type, flags)
+
+        ipr.request = request
+        try:
+            yield sent
+        finally:
+            del ipr.request
+    else:
+        real_batch = ipr.nlm_request_batch
+
+        def batch(msgs, *a, **kw):
+            sent.extend(m["header"]["type"] for m in msgs)
+            return real_batch(msgs, *a, **kw)
+
+        ipr.nlm_request_batch = batch
+        try:
+            yield sent
+        finally:
+            del ipr.nlm_request_batch
 
 
 # ---------------------------------------------------------------------------
@@ -289,9 +338,9 @@ def test_iproute_bound_to_netns_and_thread_guard(make_ns, origin):
 # links
 
 
-def test_link_up_down_lo(make_ns):
+def test_link_up_down_lo(make_ns, sock):
     ns = make_ns()
-    with ns.iproute() as ipr:
+    with sock(ns) as ipr:
         assert not _flags(ipr, "lo") & IFF_UP
         lo = find_link(ipr, "lo")
         assert lo.index == 1 and lo.up is False and lo.kind is None
@@ -303,9 +352,9 @@ def test_link_up_down_lo(make_ns):
         assert find_link(ipr, 1).name == "lo"
 
 
-def test_find_link_missing(make_ns):
+def test_find_link_missing(make_ns, sock):
     ns = make_ns()
-    with ns.iproute() as ipr:
+    with sock(ns) as ipr:
         assert find_link(ipr, "nope0") is None
         assert find_link(ipr, "x" * 20) is None
         assert find_link(ipr, "") is None
@@ -313,18 +362,23 @@ def test_find_link_missing(make_ns):
             link_index(ipr, "nope0")
         assert ei.value.code == 999
         assert ei.value.msg == 'link "nope0" not found'
+        with pytest.raises(LinkNotFound) as ei:
+            link_up(ipr, "nope0")  # by name: the kernel's ENODEV
+        assert ei.value.msg == 'link "nope0" not found'
         with pytest.raises(LinkNotFound):
-            link_up(ipr, "nope0")
+            link_up(ipr, "x" * 20)
         with pytest.raises(LinkNotFound):
             addresses(ipr, "nope0")
+        with pytest.raises(LinkNotFound):
+            move_link(ipr, "nope0", ns)
         assert delete_link(ipr, "nope0") is False
         with pytest.raises(LinkNotFound):
             delete_link(ipr, "nope0", missing_ok=False)
 
 
-def test_link_set_attrs(make_ns):
+def test_link_set_attrs(make_ns, sock):
     ns = make_ns()
-    with ns.iproute() as ipr:
+    with sock(ns) as ipr:
         create_veth_pair(ipr, "d0", "d0p")
         link_set(ipr, "d0", mtu=1280, mac="0A:58:0A:01:02:03", txqlen=77, promisc=True)
         msg = ipr.link("get", ifname="d0")[0]
@@ -356,9 +410,9 @@ def test_link_set_attrs(make_ns):
         assert find_link(ipr, "d2").master is None
 
 
-def test_veth_pair_addresses_routes(make_ns, origin):
+def test_veth_pair_addresses_routes(make_ns, origin, sock):
     host_ns, cont_ns = make_ns(), make_ns()
-    with host_ns.iproute() as hipr, cont_ns.iproute() as cipr:
+    with sock(host_ns) as hipr, sock(cont_ns) as cipr:
         host, peer = create_veth_pair(
             hipr, "cnsk-veth0", "eth0", peer_netns=cont_ns, mtu=1400,
             mac="0a:58:0a:00:00:01", peer_mac="0A:58:0A:00:00:02",
@@ -466,9 +520,9 @@ def test_veth_pair_addresses_routes(make_ns, origin):
     assert origin.same_as_current()
 
 
-def test_veth_same_netns_and_move_link(make_ns):
+def test_veth_same_netns_and_move_link(make_ns, sock):
     a, b = make_ns(), make_ns()
-    with a.iproute() as aipr, b.iproute() as bipr:
+    with sock(a) as aipr, sock(b) as bipr:
         host, peer = create_veth_pair(aipr, "va", "vb")
         assert {host.name, peer.name} == {"va", "vb"}
         assert host.peer_index == peer.index and peer.peer_index == host.index
@@ -485,9 +539,9 @@ def test_veth_same_netns_and_move_link(make_ns):
             move_link(aipr, "nope0", b)
 
 
-def test_find_link_is_typed_and_helpers_take_it_without_a_lookup(make_ns):
+def test_find_link_is_typed_and_helpers_take_it_without_a_lookup(make_ns, sock):
     a = make_ns()
-    with a.iproute() as ipr:
+    with sock(a) as ipr:
         create_veth_pair(ipr, "ta", "tb")
         link_set(ipr, "ta", txqlen=321, mtu=1400)
         link = find_link(ipr, "ta")
@@ -498,21 +552,16 @@ def test_find_link_is_typed_and_helpers_take_it_without_a_lookup(make_ns):
         with pytest.raises(dataclasses.FrozenInstanceError):
             link.mtu = 1  # type: ignore[misc]
         # Given a Link or an index, no RTM_GETLINK is sent for it.
-        sent = []
-        real = ipr.link
-
-        def counting(cmd, **kw):
-            sent.append(cmd)
-            return real(cmd, **kw)
-
-        ipr.link = counting
-        try:
+        with _requests(ipr) as sent:
             assert link_index(ipr, link) == link.index == link_index(ipr, link.index)
             link_up(ipr, link)
             assert bridge_port(ipr, link) is None  # one "get" for the port data
-            assert sent == ["set", "get"]
-        finally:
-            del ipr.link
+            assert sent == [RTM_NEWLINK, RTM_GETLINK]
+        # Given a name, changes and deletes send no look-up either.
+        with _requests(ipr) as sent:
+            link_set(ipr, "tb", mtu=1300, up=True)
+            assert find_link(ipr, "tb").mtu == 1300
+            assert sent == [RTM_NEWLINK, RTM_GETLINK]
         assert find_link(ipr, link).up is True  # read again: the state now
         addrs = addresses(ipr, link)
         assert all(a.version in (4, 6) for a in addrs)
@@ -522,6 +571,240 @@ def test_find_link_is_typed_and_helpers_take_it_without_a_lookup(make_ns):
         assert bridge_port(ipr, link) is None and bridge_vlans(ipr, link) == []
         with pytest.raises(CNIError):
             delete_link(ipr, link, missing_ok=False)
+
+
+# ---------------------------------------------------------------------------
+# the SDK's rtnetlink socket (cni_skel.rtnl / cni_skel.nlsock)
+
+
+def test_rtnl_bound_to_its_netns_from_any_thread(make_ns, origin):
+    ns, other = make_ns(), make_ns()
+    with ns.enter(), Rtnl() as inner:
+        _add_test_link(inner, "cnsk-mark1")
+    with ns.rtnl() as ipr:
+        assert origin.same_as_current()  # the socket does not keep us inside
+        assert find_link(ipr, "cnsk-mark1") is not None
+        seen = {}
+
+        def elsewhere():  # another thread, in yet another namespace
+            with other.enter():
+                seen["link"] = find_link(ipr, "cnsk-mark1")
+                seen["names"] = {m.get("IFLA_IFNAME") for m in ipr.link("dump")}
+
+        t = threading.Thread(target=elsewhere)
+        t.start()
+        t.join()
+        assert seen["link"].name == "cnsk-mark1"
+        assert seen["names"] == {"lo", "cnsk-mark1"}
+    with other.rtnl() as oipr:
+        assert find_link(oipr, "cnsk-mark1") is None
+    assert not _root_has_link("cnsk-mark1")
+    assert ipr.closed
+    ipr.close()  # idempotent
+
+
+def test_rtnl_and_iproute_answer_the_same_errors(make_ns):
+    """Every kernel error reaches the caller as the same CNIError (code and
+    text) on both sockets."""
+    answers = {}
+    for kind in ("iproute", "rtnl"):
+        ns = make_ns()
+        with (ns.iproute() if kind == "iproute" else ns.rtnl()) as ipr:
+            create_veth_pair(ipr, "e0", "e0p")
+            link_up(ipr, "e0")
+            got = []
+            for call in (
+                lambda: link_set(ipr, "e0", mtu=10**7),                # ERANGE/EINVAL
+                lambda: link_set(ipr, find_link(ipr, "e0").index + 100, up=True),  # ENODEV
+                lambda: add_route(ipr, "10.203.0.0/16", gw="10.99.0.1"),  # ENETUNREACH
+                lambda: del_route(ipr, "10.204.0.0/16", missing_ok=False),  # ESRCH
+                lambda: delete_link(ipr, "lo"),                         # EOPNOTSUPP
+                lambda: del_address(ipr, "e0", "10.9.0.1/24", missing_ok=False),
+                lambda: ensure_bridge(ipr, "e0"),                       # not a bridge
+                lambda: bridge_port_set(ipr, "e0", hairpin=True),       # not a port
+                lambda: link_set(ipr, "e0", name="lo"),                 # LinkExists
+                lambda: link_index(ipr, "nope0"),                       # LinkNotFound
+            ):
+                with pytest.raises(CNIError) as ei:
+                    call()
+                got.append((type(ei.value).__name__, ei.value.code, ei.value.msg,
+                            getattr(ei.value.__cause__, "code", None)))
+            answers[kind] = got
+    assert answers["iproute"] == answers["rtnl"]
+    assert all(code == 999 for _, code, _, _ in answers["rtnl"])
+    assert answers["rtnl"][0][2].startswith("set link e0: ")
+    assert answers["rtnl"][2][2].startswith("add route 10.203.0.0/16 via 10.99.0.1: ")
+    assert answers["rtnl"][6][2] == '"e0" already exists but is not a bridge'
+
+
+def test_rtnl_dumps_span_several_datagrams(make_ns, sock):
+    ns = make_ns()
+    with sock(ns) as ipr:
+        create_veth_pair(ipr, "m0", "m0p")
+        link_up(ipr, "m0")
+        want = [ipaddress.ip_interface(f"10.{i // 250}.{i % 250}.1/32") for i in range(600)]
+        for iface in want:
+            add_address(ipr, "m0", iface)
+        # 600 addresses do not fit one datagram: the dump is multipart
+        assert [a for a in addresses(ipr, "m0", 4)] == want
+        assert len([r for r in routes(ipr, table=None) if r["oif"] == find_link(ipr, "m0").index
+                    and r["table"] == 255]) >= 600
+        flags = address_flags(ipr, "m0", 4)
+        assert [a for a, _ in flags] == want and all(f & 0x80 for _, f in flags)  # PERMANENT
+
+
+def test_rtnl_dumps_are_filtered_by_the_kernel(make_ns):
+    """With NETLINK_GET_STRICT_CHK the kernel answers a dump of one table's
+    routes or one link's addresses with those only: the same answers as
+    IPRoute's sifted full dumps, fewer messages decoded."""
+    ns = make_ns()
+    with ns.rtnl() as ipr, ns.iproute() as full:
+        assert ipr.strict_check
+        create_veth_pair(ipr, "f0", "f0p")
+        for name in ("lo", "f0", "f0p"):
+            link_up(ipr, name)
+        add_address(ipr, "f0", "10.79.0.2/24")
+        add_address(ipr, "f0p", "10.79.1.2/24")
+        add_route(ipr, "10.80.0.0/16", gw="10.79.0.1")
+        raw = []
+        real = ipr.request
+
+        def request(msg, msg_type, flags):
+            raw.append(real(msg, msg_type, flags))
+            return raw[-1]
+
+        ipr.request = request
+        try:
+            main, addrs = routes(ipr), addresses(ipr, "f0")
+            local = routes(ipr, table=255)
+        finally:
+            del ipr.request
+        assert main == routes(full) and local == routes(full, table=255)
+        assert addrs == addresses(full, "f0")
+        assert [len(answer) for answer in raw] == [len(main), 1, len(addrs), len(local)]
+        assert len(routes(ipr, table=None)) == len(main) + len(local)
+
+
+def test_rtnl_dump_interrupted_is_retried_then_reported(make_ns):
+    """NLM_F_DUMP_INTR on a dump part: NetlinkDumpInterrupted after the dump
+    is read to its end; the helpers retry it, then answer CNIError 999."""
+    ns = make_ns()
+
+    def part(flags, seq, mtype=RTM_NEWLINK):
+        msg = ifinfmsg()
+        msg["index"] = 1
+        msg["header"] = {"type": mtype, "flags": flags, "sequence_number": seq, "pid": 0}
+        msg.encode()
+        return bytes(msg.data)
+
+    def done(seq):
+        msg = nlmsgerr()  # NLMSG_DONE: a header and an int, 0
+        msg["error"] = 0
+        msg["header"] = {"type": 3, "flags": NLM_F_MULTI, "sequence_number": seq, "pid": 0}
+        msg.encode()
+        return bytes(msg.data)
+
+    with ns.rtnl() as ipr:
+        sent = []
+
+        def transmit(data):
+            sent.append(data)
+
+        def recv():
+            seq = ipr._seq
+            return (part(NLM_F_MULTI | NLM_F_DUMP_INTR, seq)
+                    + part(NLM_F_MULTI, seq) + part(NLM_F_MULTI, seq - 1) + done(seq))
+
+        ipr._transmit, ipr._recv = transmit, recv
+        with pytest.raises(NetlinkDumpInterrupted):
+            ipr.request(ifinfmsg(), RTM_GETLINK, NLM_F_REQUEST | NLM_F_DUMP)
+        with pytest.raises(CNIError) as ei:
+            bridge_vlans(ipr, 1)
+        assert ei.value.code == 999 and "dump interrupted" in ei.value.msg
+        assert len(sent) == 1 + 5  # the helper tried five times
+
+
+def test_nlsock_answers_sharing_a_datagram(make_ns):
+    """Answers of a batch read in order, whichever datagrams carry them."""
+    ns = make_ns()
+
+    def link(seq, index):
+        msg = ifinfmsg()
+        msg["index"] = index
+        msg["header"] = {"type": RTM_NEWLINK, "flags": 0, "sequence_number": seq, "pid": 0}
+        msg.encode()
+        return bytes(msg.data)
+
+    with ns.rtnl() as ipr:
+        first = ipr._seq + 1
+        datagrams = [link(first - 1, 9) + link(first, 1) + link(first + 1, 2), link(first + 2, 3)]
+        ipr._transmit = lambda data: None
+        ipr._recv = lambda: datagrams.pop(0)
+        answers = ipr.batch([(ifinfmsg(), RTM_GETLINK, NLM_F_REQUEST) for _ in range(3)])
+        assert [[m["index"] for m in msgs] for msgs, _ in answers] == [[1], [2], [3]]
+        assert not datagrams
+
+
+def test_rtnl_timeout_and_stale_answers(make_ns):
+    ns = make_ns()
+    with ns.enter():
+        ipr = Rtnl(timeout=0.2)
+    with ipr:
+        # a request whose answer is never read leaves it on the socket: the
+        # next request skips it by its sequence number
+        msg = ifinfmsg()
+        msg["index"] = 1
+        msg["header"] = {"type": RTM_GETLINK, "flags": NLM_F_REQUEST, "sequence_number": 0,
+                         "pid": ipr.port}
+        msg.encode()
+        ipr._sock.send(msg.data)
+        assert find_link(ipr, "lo").index == 1
+        assert find_link(ipr, 1).name == "lo"
+        # a change asked without an ACK is never answered: ETIMEDOUT
+        quiet = ifinfmsg()
+        quiet["index"] = 1
+        with pytest.raises(NetlinkError) as ei:
+            ipr.request(quiet, RTM_NEWLINK, NLM_F_REQUEST)
+        assert ei.value.code == errno.ETIMEDOUT
+
+
+def test_rtnl_veth_peer_in_pod_netns_enslaved_in_one_request(make_ns):
+    node, pod = make_ns(), make_ns()
+    with node.rtnl() as ipr, pod.rtnl() as pipr:
+        br = ensure_bridge(ipr, "cnskbr0")
+        assert br.kind == "bridge" and ensure_bridge(ipr, "cnskbr0") == br
+        with _requests(ipr) as sent, _requests(pipr) as psent:
+            host, peer = create_veth_pair(ipr, "vethc0", "eth0", peer_netns=pod, mtu=1400,
+                                          master=br, peer_ipr=pipr)
+        # the creation was answered with the link (NLM_F_ECHO): no GET on the node
+        assert sent == [RTM_NEWLINK] and psent == [RTM_GETLINK]
+        assert host.master == br.index and host.mtu == peer.mtu == 1400
+        assert host.peer_index == peer.index and peer.peer_index == host.index
+        assert find_link(ipr, "eth0") is None and find_link(pipr, "eth0") == peer
+        assert not _root_has_link("vethc0")
+        # port flags and IFF_UP in one request, applied in that order
+        with _requests(ipr) as sent:
+            link_set(ipr, host, hairpin=True, isolated=False, up=True)
+        assert sent == [RTM_NEWLINK]
+        assert bridge_port(ipr, host) == {"hairpin": True, "isolated": False}
+        assert find_link(ipr, host).up
+        bridge_port_set(ipr, "vethc0", hairpin=False, isolated=True)
+        assert bridge_port(ipr, "vethc0") == {"hairpin": False, "isolated": True}
+        # the peer's name is taken in the pod: LinkExists names it
+        with pytest.raises(LinkExists) as ei:
+            create_veth_pair(ipr, "vethc1", "eth0", peer_netns=pod, peer_ipr=pipr)
+        assert ei.value.name == "eth0"
+        link_up(pipr, peer)
+        add_address(pipr, peer, "10.78.0.2/24")
+        route = route_get(pipr, "10.78.0.9")
+        assert route["oif"] == peer.index and route["src"] == ipaddress.ip_address("10.78.0.2")
+        assert route_get(pipr, "10.99.0.1") is None  # no route there
+        # deleting the pod end by name: one request, both ends go
+        with _requests(pipr) as psent:
+            assert delete_link(pipr, "eth0") is True
+            assert delete_link(pipr, "eth0") is False
+        assert psent == [17, 17]  # RTM_DELLINK, no look-up
+        assert find_link(ipr, "vethc0") is None
 
 
 # ---------------------------------------------------------------------------

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import subprocess
 import sys
+import threading
 
 import nftables
 import pytest
@@ -18,6 +20,7 @@ from cni_skel.errors import ERR_PLUGIN_NOT_AVAILABLE
 from cni_skel.netns import NetNS
 from cni_skel.nft import (
     COMMENT_MAX,
+    CONTEXTS_MAX,
     Element,
     GetChain,
     GetElement,
@@ -30,6 +33,7 @@ from cni_skel.nft import (
     lookup,
     network_tag,
     nft_status,
+    release_contexts,
 )
 from cni_skel.skel import dispatch
 
@@ -185,10 +189,68 @@ print(json.dumps(out))
         assert err == errno.EPERM and took < 10, (name, out)
 
 
+def test_contexts_are_kept_per_namespace_thread_and_process(netns_factory):
+    """One libnftables context per (namespace, thread), reused; never one of
+    another namespace, another thread or the parent process; at most
+    CONTEXTS_MAX kept; release_contexts drops them; Nft(keep=False) keeps
+    none."""
+    release_contexts()
+    nss = [NetNS.open(netns_factory("cnsk-nf").path) for _ in range(CONTEXTS_MAX + 1)]
+    a, b = nss[0], nss[1]
+    try:
+        ctx_a = a.run(lambda: Nft()._ctx)
+        assert a.run(lambda: Nft()._ctx) is ctx_a
+        # keep=False: a context of its own, never kept (nor handed out later)
+        own = a.run(lambda: Nft(keep=False)._ctx)
+        assert own is not ctx_a and a.run(lambda: Nft()._ctx) is ctx_a
+        ctx_b = b.run(lambda: Nft()._ctx)
+        assert ctx_b is not ctx_a
+        # each context acts in its own namespace
+        a.run(lambda: Nft().run([{"add": {"table": {"family": "inet", "name": "ta"}}}]))
+        assert b.run(lambda: Nft().table("inet", "ta")) is None
+        assert a.run(lambda: Nft().table("inet", "ta")) is not None
+        # a context made in a keeps acting there after the thread left
+        nft_a = a.run(Nft)
+        assert nft_a.table("inet", "ta") is not None
+        # another thread in the same namespace: its own
+        other = []
+        t = threading.Thread(target=lambda: other.append(a.run(lambda: Nft()._ctx)))
+        t.start()
+        t.join()
+        assert other[0] is not ctx_a
+        # a forked child makes its own (the parent's socket is not shared)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            try:
+                ok = a.run(lambda: Nft()._ctx) is not ctx_a and \
+                    a.run(lambda: Nft().table("inet", "ta")) is not None
+                os.write(w, b"1" if ok else b"0")
+            finally:
+                os._exit(0)
+        os.close(w)
+        os.waitpid(pid, 0)
+        assert os.read(r, 1) == b"1"
+        os.close(r)
+        assert a.run(lambda: Nft()._ctx) is ctx_a
+        # bounded: the least recently used goes
+        for ns in nss[1:]:
+            ns.run(Nft)
+        assert a.run(lambda: Nft()._ctx) is not ctx_a
+        ctx_a = a.run(lambda: Nft()._ctx)
+        release_contexts()
+        assert a.run(lambda: Nft()._ctx) is not ctx_a
+    finally:
+        release_contexts()
+        for ns in nss:
+            ns.close()
+
+
 def test_status_is_50_without_libnftables(monkeypatch):
     def broken(*a, **k):
         raise OSError("libnftables.so.1: cannot open shared object file")
 
+    release_contexts()  # a kept context would answer without loading the library
     monkeypatch.setattr(nftables, "Nftables", broken)
     with pytest.raises(NftError) as e:
         nft_status()

@@ -334,16 +334,18 @@ Nft().run([{"add": {"table": {"family": "inet", "name": "t"}}},
            {"add": {"rule": {**T, "chain": "c", "expr": [
                {"match": {"op": "in", "left": {"ct": {"key": "state"}}, "right": "new"}},
                {"counter": None}]}}}])
-for host, port in (("127.0.0.1", 5001), ("127.0.0.2", 5001), ("127.0.0.1", 5002)):
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for host, port in (("127.0.0.1", 5001), ("127.0.0.2", 5001), ("127.0.0.1", 5002), ("::1", 5001)):
+    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
     s.sendto(b"x", (host, port))
 out = [delete_entries(4, 17, dport=5001, daddr="127.0.0.2"), delete_entries(6, 17, dport=5001),
        delete_entries(4, 6, dport=5001), delete_entries(4, 17, dport=5001),
-       delete_entries(4, 17, dport=5001), delete_entries(4, 17, dport=5002)]
+       delete_entries(4, 17, dport=5001), delete_entries(4, 17, dport=5002),
+       delete_entries(6, 17, dport=5001)]
 print(json.dumps(out))
 """
     subprocess.run(["ip", "-n", node_netns.name, "link", "set", "lo", "up"], check=True)
     proc = subprocess.run(["ip", "netns", "exec", node_netns.name, sys.executable, "-c", code],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == [1, 0, 0, 1, 0, 1]
+    # IPv6 entries are asked for as IPv6 (nfgen_family): found and deleted
+    assert json.loads(proc.stdout) == [1, 1, 0, 1, 0, 1, 0]

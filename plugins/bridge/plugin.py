@@ -8,8 +8,6 @@ import ipaddress
 import os
 from typing import Any
 
-from pyroute2 import IPRoute
-
 from cni_skel import netlink
 from cni_skel.env import CmdArgs
 from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, CNIError
@@ -18,6 +16,7 @@ from cni_skel.ipam import check_interface_ips, check_routes, configure_iface
 from cni_skel.netns import NetNS, open_netns
 from cni_skel.nft import Nft, NftError, attachment_tag, nft_status, table_state
 from cni_skel.rollback import rollback
+from cni_skel.rtnl import Rtnl
 from cni_skel.skel import Plugin
 from cni_skel.sysctl import write_sysctl
 from cni_skel.types import Interface, Result, Route, check_expressible
@@ -42,19 +41,17 @@ def _container_mac(args: CmdArgs, conf: BridgeConf) -> str | None:
     return conf.mac or env_mac
 
 
-def _create_veth(ipr: IPRoute, netns: NetNS, ifname: str, mtu: int,
-                 mac: str | None) -> tuple[netlink.Link, netlink.Link]:
-    """Host end ``veth<8 hex>`` here, container end ``ifname`` directly in
-    ``netns`` (it never appears in the host namespace)."""
-    with netns.iproute() as cipr:
-        if netlink.find_link(cipr, ifname) is not None:
-            raise CNIError(ERR_INTERNAL,
-                           f'container interface "{ifname}" already exists in {netns.path}')
+def _create_veth(ipr: Rtnl, cipr: Rtnl, netns: NetNS, ifname: str, mtu: int,
+                 mac: str | None, bridge: netlink.Link) -> tuple[netlink.Link, netlink.Link]:
+    """Host end ``veth<8 hex>`` here, already a port of ``bridge``; container
+    end ``ifname`` directly in ``netns`` (it never appears in the host
+    namespace), read through ``cipr``. One creation request, one read."""
     for _ in range(VETH_TRIES):
         host_name = "veth" + os.urandom(4).hex()
         try:
             return netlink.create_veth_pair(ipr, host_name, ifname, peer_netns=netns,
-                                            mtu=mtu or None, peer_mac=mac)
+                                            mtu=mtu or None, peer_mac=mac, master=bridge,
+                                            peer_ipr=cipr)
         except netlink.LinkExists as e:
             if e.name != host_name:
                 raise CNIError(ERR_INTERNAL, f'container interface "{ifname}" already '
@@ -62,12 +59,13 @@ def _create_veth(ipr: IPRoute, netns: NetNS, ifname: str, mtu: int,
     raise CNIError(ERR_INTERNAL, "failed to find a unique veth name")
 
 
-def _setup_port(ipr: IPRoute, port: netlink.Link | str, bridge: netlink.Link, conf: BridgeConf,
-                vlan: int) -> None:
-    """Enslave ``port`` to the bridge with hairpin/isolation/VLANs, as Go's
-    setupVeth, and bring it up (given its `Link`, no step looks it up)."""
-    netlink.link_set(ipr, port, master=bridge.index)
-    netlink.bridge_port_set(ipr, port, hairpin=conf.hairpin_mode, isolated=conf.port_isolation)
+def _setup_port(ipr: Rtnl, port: netlink.Link | str, bridge: netlink.Link, conf: BridgeConf,
+                vlan: int, *, enslave: bool = True) -> None:
+    """Make ``port`` a port of the bridge (unless created as one: ``enslave``
+    False) with VLANs, hairpin and isolation, as Go's setupVeth, and bring it
+    up with the last request (given its `Link`, no step looks it up)."""
+    if enslave:
+        netlink.link_set(ipr, port, master=bridge.index)
     if (vlan or conf.vlans) and not conf.preserve_default_vlan:
         for vid, _, _ in netlink.bridge_vlans(ipr, port):
             netlink.bridge_vlan_del(ipr, port, vid)
@@ -78,7 +76,9 @@ def _setup_port(ipr: IPRoute, port: netlink.Link | str, bridge: netlink.Link, co
     if not vlan and conf.vlans:
         # Go: a trunk without "vlan" keeps native VLAN 1 untagged.
         netlink.bridge_vlan_add(ipr, port, 1, pvid=True, untagged=True)
-    netlink.link_up(ipr, port)
+    # Port flags are applied before IFF_UP in one request (kernel order).
+    netlink.link_set(ipr, port, hairpin=conf.hairpin_mode, isolated=conf.port_isolation,
+                     up=True)
 
 
 def _gateways(result: Result, conf: BridgeConf) -> dict[int, list[Any]]:
@@ -105,29 +105,32 @@ def _gateways(result: Result, conf: BridgeConf) -> dict[int, list[Any]]:
     return gws
 
 
-def _ensure_gateway_addr(ipr: IPRoute, link: str, gw: Any, force: bool) -> None:
-    """Go's ensureAddr: the gateway address on the bridge. Another IPv4
-    address, or an overlapping IPv6 one, is replaced with ``forceAddress``
-    and an error without."""
+def _ensure_gateway_addr(ipr: Rtnl, link: netlink.Link, gw: Any, force: bool) -> str | None:
+    """Go's ensureAddr: the gateway address on ``link`` (the bridge). Another
+    IPv4 address, or an overlapping IPv6 one, is replaced with
+    ``forceAddress`` and an error without. Returns the MAC it pinned when
+    it added the address (None when the address was there)."""
     for addr in netlink.addresses(ipr, link, gw.version):
         if addr == gw:
-            return
+            return None
         if addr.ip.is_link_local and gw.version == 6:
             continue
         if gw.version == 4 or gw.ip in addr.network or addr.ip in gw.network:
             if not force:
                 raise CNIError(ERR_INTERNAL,
-                               f'"{link}" already has an IP address different from {gw}')
+                               f'"{link.name}" already has an IP address different from {gw}')
             netlink.del_address(ipr, link, addr)
     netlink.add_address(ipr, link, gw)
     # Pin the bridge's MAC; otherwise it follows the lowest port MAC and
     # changes as pods come and go (Go does the same here).
     current = netlink.find_link(ipr, link)
-    if current is not None:
-        netlink.link_set(ipr, link, mac=current.mac)
+    if current is None:
+        return None
+    netlink.link_set(ipr, current, mac=current.mac)
+    return current.mac
 
 
-def _ensure_vlan_gateway(ipr: IPRoute, bridge: netlink.Link, conf: BridgeConf) -> netlink.Link:
+def _ensure_vlan_gateway(ipr: Rtnl, bridge: netlink.Link, conf: BridgeConf) -> netlink.Link:
     """Go's ensureVlanInterface: a veth ``<bridge>.<vlan>`` on the host whose
     peer is a port of the bridge in that VLAN; the gateway lives on it."""
     name = f"{conf.bridge}.{conf.vlan}"
@@ -147,13 +150,15 @@ def _ensure_vlan_gateway(ipr: IPRoute, bridge: netlink.Link, conf: BridgeConf) -
     else:
         raise CNIError(ERR_INTERNAL, "failed to find a unique veth name")
     _setup_port(ipr, peer, bridge, conf, conf.vlan)
-    netlink.link_up(ipr, name)
-    return netlink.find_link(ipr, name) or link
+    netlink.link_up(ipr, link)
+    return netlink.find_link(ipr, link) or link
 
 
-def _configure_container(netns: NetNS, ifname: str, result: Result, conf: BridgeConf) -> None:
+def _configure_container(netns: NetNS, cipr: Rtnl, cont: netlink.Link, result: Result,
+                         conf: BridgeConf) -> None:
     """Go's cmdAdd in the container: DAD and arp_notify sysctls, then the
-    result's addresses and routes on ``ifname``."""
+    result's addresses and routes on ``cont`` (through ``cipr``)."""
+    ifname = cont.name
     with netns.enter():
         if conf.enabledad:
             _sysctl_quiet(f"net/ipv6/conf/{ifname}/enhanced_dad", "1")
@@ -161,7 +166,7 @@ def _configure_container(netns: NetNS, ifname: str, result: Result, conf: Bridge
         else:
             _sysctl_quiet(f"net/ipv6/conf/{ifname}/accept_dad", "0")
         _sysctl_quiet(f"net/ipv4/conf/{ifname}/arp_notify", "1")
-    configure_iface(netns, ifname, result)
+    configure_iface(netns, cont, result, ipr=cipr)
 
 
 def _enable_forwarding(family: int) -> None:
@@ -190,33 +195,37 @@ def _remove_entries(conf: BridgeConf, nft: Nft, tag: str, what: str) -> None:
     nft.run(_entries(conf, nft, {tag}), what=what)
 
 
-def _ensure_bridge(ipr: IPRoute, conf: BridgeConf) -> netlink.Link:
+def _ensure_bridge(ipr: Rtnl, conf: BridgeConf) -> netlink.Link:
     """Go's setupBridge: the bridge (made, or reused when it is one), its
-    promiscuity, no router advertisements taken (we own its routes), up."""
+    promiscuity, no router advertisements taken (we own its routes), up.
+    What the bridge already is (promiscuous, up) is not set again."""
     bridge = netlink.ensure_bridge(ipr, conf.bridge, mtu=conf.mtu or None,
                                    vlan_filtering=conf.vlan_filtering)
-    if conf.promisc_mode:
-        netlink.link_set(ipr, bridge.index, promisc=True)
+    if conf.promisc_mode and not bridge.flags & netlink.IFF_PROMISC:
+        netlink.link_set(ipr, bridge, promisc=True)
     _sysctl_quiet(f"net/ipv6/conf/{conf.bridge}/accept_ra", "0")
-    netlink.link_up(ipr, bridge.index)
+    if not bridge.up:
+        netlink.link_up(ipr, bridge)
     return bridge
 
 
-def _setup_gateways(ipr: IPRoute, bridge: netlink.Link, conf: BridgeConf, result: Result,
-                    gws: dict[int, list[Any]]) -> None:
+def _setup_gateways(ipr: Rtnl, bridge: netlink.Link, conf: BridgeConf, result: Result,
+                    gws: dict[int, list[Any]]) -> str | None:
     """With ``isGateway``: the gateway addresses on the bridge (on the VLAN
     interface ``<bridge>.<vlan>`` with ``vlan``, which joins the result),
-    and forwarding on for each family that has one (Go's cmdAdd)."""
-    target = conf.bridge
+    and forwarding on for each family that has one (Go's cmdAdd). Returns
+    the bridge MAC it pinned, if it pinned it."""
+    target = bridge
     if conf.vlan:
-        vif = _ensure_vlan_gateway(ipr, bridge, conf)
-        target = vif.name
-        result.interfaces.append(Interface(name=target, mac=vif.mac))
+        target = _ensure_vlan_gateway(ipr, bridge, conf)
+        result.interfaces.append(Interface(name=target.name, mac=target.mac))
+    pinned = None
     for family, addrs in gws.items():
         for gw in addrs:
-            _ensure_gateway_addr(ipr, target, gw, conf.force_address)
+            pinned = _ensure_gateway_addr(ipr, target, gw, conf.force_address) or pinned
         if addrs:
             _enable_forwarding(family)
+    return None if conf.vlan else pinned
 
 
 # --- the plugin ----------------------------------------------------------------
@@ -284,12 +293,14 @@ class Bridge(Plugin):
         # say so before the bridge and veth exist (Go creates them, then fails).
         check_expressible(conf.cni_version, has_ip=conf.layer3)
         tag = attachment_tag(args.container_id, args.ifname)
-        with NetNS.open(args.netns) as netns, IPRoute() as ipr, rollback(self.name) as undo:
+        pinned = None
+        with NetNS.open(args.netns) as netns, Rtnl() as ipr, netns.rtnl() as cipr, \
+                rollback(self.name) as undo:
             bridge = _ensure_bridge(ipr, conf)
-            host, cont = _create_veth(ipr, netns, args.ifname, conf.mtu,
-                                      _container_mac(args, conf))
+            host, cont = _create_veth(ipr, cipr, netns, args.ifname, conf.mtu,
+                                      _container_mac(args, conf), bridge)
             undo.callback(f"deleting {host.name}", netlink.delete_link, ipr, host)
-            _setup_port(ipr, host, bridge, conf, conf.vlan)
+            _setup_port(ipr, host, bridge, conf, conf.vlan, enslave=False)
             result = Result(cni_version=conf.cni_version, interfaces=[
                 Interface(name=conf.bridge, mac=bridge.mac),
                 Interface(name=host.name, mac=host.mac),
@@ -313,31 +324,29 @@ class Bridge(Plugin):
                 if not result.ips:
                     raise CNIError(ERR_INTERNAL, "IPAM plugin returned missing IP config")
                 gws = _gateways(result, conf)
-                _configure_container(netns, args.ifname, result, conf)
+                _configure_container(netns, cipr, cont, result, conf)
                 if conf.is_gateway:
-                    _setup_gateways(ipr, bridge, conf, result, gws)
+                    pinned = _setup_gateways(ipr, bridge, conf, result, gws)
                 if conf.ip_masq:
                     masq = Masquerade(conf.name, nft)
                     elements += masq.elements([ipc.address for ipc in result.ips], tag)
                     layouts.append(masq.layout())
             elif not conf.disable_container_interface:
-                with netns.iproute() as cipr:
-                    netlink.link_up(cipr, args.ifname)
+                netlink.link_up(cipr, cont)
 
             if nft is not None and elements:
                 apply(nft, elements, layouts, what=f"bridge {conf.bridge}")
                 undo.callback("removing nftables entries", _remove_entries, conf, nft, tag,
                               "bridge rollback")
             # Wait for the port to forward, then read back the MACs the
-            # kernel may have changed meanwhile.
+            # kernel may have changed meanwhile (not a bridge MAC pinned here).
             if not conf.disable_container_interface:
                 link = netlink.wait_operstate(ipr, host, "UP")
             else:
                 link = netlink.find_link(ipr, host) or host
             result.interfaces[1].mac = link.mac
-            now = netlink.find_link(ipr, bridge)
-            if now is not None:
-                result.interfaces[0].mac = now.mac
+            now = None if pinned else netlink.find_link(ipr, bridge)
+            result.interfaces[0].mac = pinned or (now.mac if now is not None else bridge.mac)
         if conf.dns is not None and not conf.dns.is_empty():
             result.dns = conf.dns  # Go's dnsConfSet: the config's dns wins over IPAM's
         return result
@@ -354,7 +363,7 @@ class Bridge(Plugin):
         if args.netns:
             netns = open_netns(args.netns, missing_ok=True)
             if netns is not None:
-                with netns, netns.iproute() as cipr:
+                with netns, netns.rtnl() as cipr:
                     netlink.delete_link(cipr, args.ifname, missing_ok=True)
         if conf.layer3:
             assert conf.ipam is not None
@@ -385,7 +394,7 @@ class Bridge(Plugin):
         if cont_if is None:
             raise CNIError(ERR_INTERNAL, "Sandbox in prevResult doesn't match configured "
                                          f"netns: {args.netns}")
-        with NetNS.open(args.netns) as netns, IPRoute() as ipr:
+        with NetNS.open(args.netns) as netns, Rtnl() as ipr:
             bridge = netlink.find_link(ipr, conf.bridge)
             if bridge is None or bridge.kind != "bridge":
                 raise CNIError(ERR_INTERNAL,
@@ -398,7 +407,7 @@ class Bridge(Plugin):
                 raise CNIError(ERR_INTERNAL, f"Bridge interface {conf.bridge} configured Promisc "
                                              f"Mode {conf.promisc_mode} doesn't match current "
                                              f"state: {promisc}")
-            with netns.iproute() as cipr:
+            with netns.rtnl() as cipr:
                 cont = netlink.find_link(cipr, args.ifname)
                 if cont is None:
                     raise CNIError(ERR_INTERNAL,
@@ -409,7 +418,7 @@ class Bridge(Plugin):
                 if cont_if.mac and cont_if.mac != cont.mac:
                     raise CNIError(ERR_INTERNAL, f"Interface {args.ifname} Mac {cont_if.mac} "
                                                  f"doesn't match container Mac: {cont.mac}")
-                check_interface_ips(cipr, args.ifname, [
+                check_interface_ips(cipr, cont, [
                     ipc for ipc in prev.ips if ipc.interface is None
                     or prev.interfaces[ipc.interface].name == args.ifname])
                 check_routes(cipr, prev.routes)
@@ -460,7 +469,7 @@ class Bridge(Plugin):
         if conf.ip_masq or conf.macspoofchk:
             nft = Nft()
             for attempt in range(3):
-                with IPRoute() as ipr:
+                with Rtnl() as ipr:
                     cmds = _entries(conf, nft, keep=keep,
                                     port_gone=lambda p: netlink.find_link(ipr, p) is None)
                 try:

@@ -45,14 +45,14 @@ class Loopback(Plugin):
         """
         if conf.prev_result is not None:
             check_expressible(conf.cni_version, conf.prev_result)  # returned as is
-        with NetNS.open(args.netns) as ns, ns.iproute() as ipr, rollback(self.name) as undo:
+        with NetNS.open(args.netns) as ns, ns.rtnl() as ipr, rollback(self.name) as undo:
             lo = netlink.find_link(ipr, LO)
             if lo is None or not lo.up:
                 undo.callback("lo down", netlink.link_down, ipr, LO)
-            netlink.link_up(ipr, LO)
+                netlink.link_up(ipr, lo or LO)
             # The kernel puts lo's addresses on as it goes up: only now is
             # the result known.
-            addrs = netlink.addresses(ipr, LO)
+            addrs = netlink.addresses(ipr, lo or LO)
             for addr in addrs:
                 if not addr.ip.is_loopback:
                     raise CNIError(ERR_INTERNAL, "loopback interface found with "
@@ -78,7 +78,7 @@ class Loopback(Plugin):
         Raises:
             CNIError: 999 when it is down; 3 when CNI_NETNS is gone.
         """
-        with NetNS.open(args.netns) as ns, ns.iproute() as ipr:
+        with NetNS.open(args.netns) as ns, ns.rtnl() as ipr:
             link = netlink.find_link(ipr, LO)
         if link is None or not link.up:
             raise CNIError(ERR_INTERNAL, "loopback interface is down", args.netns)
@@ -88,5 +88,5 @@ class Loopback(Plugin):
         ns = open_netns(args.netns, missing_ok=True)
         if ns is None:
             return
-        with ns, ns.iproute() as ipr:
+        with ns, ns.rtnl() as ipr:
             netlink.link_down(ipr, LO)

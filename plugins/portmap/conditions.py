@@ -38,7 +38,7 @@ def _unshare_net() -> None:
 
 def _convert(conditions: dict[str, list[str]]) -> dict[str, list[dict]]:
     _unshare_net()
-    nft = Nft()
+    nft = Nft(keep=False)  # a kept context would keep the scratch namespace alive
     setup: list[dict] = [{"add": {"table": {"family": "inet", "name": "scratch"}}}]
     for hook in ("prerouting", "output"):
         setup.append({"add": {"chain": {**_T, "name": hook, "type": "nat", "hook": hook,

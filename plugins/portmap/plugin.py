@@ -334,16 +334,17 @@ def _route_localnet(conf: PortMapConf, ip: IPAddr) -> None:
 
 def _route_dev(ip: IPAddr) -> str | None:
     # pyroute2 only here and for UDP: a one-shot ADD otherwise never loads it (~100 ms).
-    from pyroute2 import IPRoute  # noqa: PLC0415
+    from cni_skel import netlink  # noqa: PLC0415
+    from cni_skel.rtnl import Rtnl  # noqa: PLC0415
 
     try:
-        with IPRoute() as ipr:
-            routes = ipr.route("get", dst=str(ip))
-            oif = routes[0].get_attr("RTA_OIF") if routes else None
+        with Rtnl() as ipr:
+            route = netlink.route_get(ipr, ip)
+            oif = route["oif"] if route else None
             if oif is None:
                 return None
-            links = ipr.link("get", index=oif)
-            return links[0].get_attr("IFLA_IFNAME") if links else None
+            link = netlink.find_link(ipr, oif)
+            return link.name if link else None
     except Exception as e:  # best effort, as Go
         _log(f"no route to {ip}: {e}")
         return None

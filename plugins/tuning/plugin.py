@@ -125,11 +125,13 @@ def _refuse_host_netns(ns: NetNS, first: Sysctl) -> None:
 
 
 def _link_state(ipr: Any, ifname: str) -> dict[str, Any] | None:
-    """``{mac, promisc, mtu, allmulti, txQLen}`` of the link, None if absent."""
+    """``{mac, promisc, mtu, allmulti, txQLen}`` of the link (and ``link``,
+    its `netlink.Link`), None if absent."""
     link = netlink.find_link(ipr, ifname)
     if link is None:
         return None
     return {
+        "link": link,
         "mac": link.mac,
         # dev_get_flags reports the flags set by users, not the refcounted
         # promiscuity (tcpdump), which is what we set and restore.
@@ -148,11 +150,13 @@ def _require_link(ipr: Any, ifname: str) -> dict[str, Any]:
     return state
 
 
-def _set_link(ipr: Any, ifname: str, key: str, value: Any) -> None:
-    """Set one attribute. Code 7 naming the key when the kernel refuses the
-    value (EINVAL, ERANGE, EADDRNOTAVAIL, EOPNOTSUPP), 999 otherwise."""
+def _set_link(ipr: Any, link: netlink.Link | str, key: str, value: Any) -> None:
+    """Set one attribute of ``link`` (its `netlink.Link`, or name). Code 7
+    naming the key when the kernel refuses the value (EINVAL, ERANGE,
+    EADDRNOTAVAIL, EOPNOTSUPP), 999 otherwise."""
+    ifname = link if isinstance(link, str) else link.name
     try:
-        netlink.link_set(ipr, ifname, **{_LINK_KW[key]: value})
+        netlink.link_set(ipr, link, **{_LINK_KW[key]: value})
     except CNIError as exc:
         err = getattr(exc.__cause__, "code", None)
         code = ERR_INVALID_NETWORK_CONFIG if err in _LINK_REJECTED else exc.code
@@ -189,14 +193,15 @@ def _update_mac(result: Result, args: CmdArgs, mac: str) -> None:
 def _restore(ipr: Any, ifname: str, doc: dict[str, Any]) -> None:
     """Best effort (as Go's DEL): link settings, then sysctls in reverse;
     failures go to stderr, a vanished link or sysctl is skipped."""
-    if netlink.find_link(ipr, ifname) is not None:
+    link = netlink.find_link(ipr, ifname)
+    if link is not None:
         # Go's restore order: MTU first, so a MAC is set on a sane link.
         for key in ("mtu", "mac", "promisc", "allmulti", "txQLen"):
             value = backup.link_value(doc, key)
             if value is None:
                 continue
             try:
-                _set_link(ipr, ifname, key, value)
+                _set_link(ipr, link, key, value)
             except CNIError as exc:
                 _warn(f"restoring {key}: {exc}")
     for rel, value in reversed(list(backup.sysctls(doc).items())):
@@ -314,7 +319,7 @@ class Tuning(Plugin):
         s = _settings(args, conf)
         changes = s.link_changes()
         result = conf.prev_result
-        with NetNS.open(args.netns) as ns, ns.iproute() as ipr, ns.enter():
+        with NetNS.open(args.netns) as ns, ns.rtnl() as ipr, ns.enter():
             if not s.sysctls and not changes:
                 return result
             if s.sysctls:
@@ -327,8 +332,10 @@ class Tuning(Plugin):
                                    f'tuning: sysctl "{item.key}" is read-only in the '
                                    "container's network namespace", path)
             link_orig: dict[str, Any] = {}
+            link: netlink.Link | str = args.ifname
             if changes:
                 state = _require_link(ipr, args.ifname)
+                link = state["link"]
                 link_orig = {key: state[key] for key, _ in changes}
 
             path = backup.path(s.data_dir, args.container_id, args.ifname)
@@ -342,12 +349,12 @@ class Tuning(Plugin):
                                   sys_orig[item.rel])
                     _write_sysctl(item.key, file, item.value)
                 for key, value in changes:
-                    undo.callback(f"restoring {key}", _set_link, ipr, args.ifname, key,
+                    undo.callback(f"restoring {key}", _set_link, ipr, link, key,
                                   link_orig[key])
-                    _set_link(ipr, args.ifname, key, value)
-                new_mac = _require_link(ipr, args.ifname)["mac"] if s.mac is not None else None
-        if new_mac is not None:
-            _update_mac(result, args, new_mac)
+                    _set_link(ipr, link, key, value)
+        if s.mac is not None:
+            # set as given, normalised as the kernel reports it: no read-back
+            _update_mac(result, args, s.mac)
         return result
 
     def check(self, args: CmdArgs, conf: TuningConf) -> None:
@@ -362,7 +369,7 @@ class Tuning(Plugin):
         if conf.prev_result is None:
             raise CNIError(ERR_INVALID_NETWORK_CONFIG, "tuning: required prevResult missing")
         s = load_settings(args, conf)
-        with NetNS.open(args.netns) as ns, ns.iproute() as ipr, ns.enter():
+        with NetNS.open(args.netns) as ns, ns.rtnl() as ipr, ns.enter():
             for item in s.sysctls:
                 current = _read_sysctl(item.key, _sysctl_file(item.key, item.rel))
                 if current.split() != item.value.split():
@@ -394,7 +401,7 @@ class Tuning(Plugin):
             _warn(f"not restoring: {exc}")
             ns = None
         if ns is not None:
-            with ns, ns.iproute() as ipr, ns.enter():
+            with ns, ns.rtnl() as ipr, ns.enter():
                 _restore(ipr, args.ifname, backup.parse(raw))
         backup.remove(path)
 
