@@ -108,6 +108,7 @@ def _errno_from(text: str) -> int | None:
 CONTEXTS_MAX = 4
 # (json?, st_dev, st_ino, thread id) -> libnftables context, least recent first
 _contexts: OrderedDict[tuple[bool, int, int, int], Any] = OrderedDict()
+_context_fds: dict[tuple[bool, int, int, int], frozenset[int]] = {}  # what each one opened
 _contexts_pid = os.getpid()
 _contexts_lock = threading.Lock()
 _THREAD_NS = "/proc/thread-self/ns/net"
@@ -131,6 +132,7 @@ def _context(json: bool, keep: bool = True) -> Any:
     with _contexts_lock:
         if _contexts_pid != os.getpid():
             _contexts.clear()  # forked: never share the parent's sockets
+            _context_fds.clear()
             _contexts_pid = os.getpid()
         ctx = _contexts.get(key) if keep else None
         if ctx is not None:
@@ -139,6 +141,7 @@ def _context(json: bool, keep: bool = True) -> Any:
     if nftables is None:
         raise NftError(f"nftables Python binding not available: {_NFTABLES_MISSING}", None,
                        ERR_PLUGIN_NOT_AVAILABLE)
+    before = _open_fds() if keep else set()
     try:
         ctx = nftables.Nftables()
     except OSError as e:
@@ -150,9 +153,22 @@ def _context(json: bool, keep: bool = True) -> Any:
     if keep:
         with _contexts_lock:
             _contexts[key] = ctx
+            _context_fds[key] = frozenset(_open_fds() - before)
             while len(_contexts) > CONTEXTS_MAX:
-                _contexts.popitem(last=False)
+                _context_fds.pop(_contexts.popitem(last=False)[0], None)
     return ctx
+
+
+def _open_fds() -> set[int]:
+    return {int(fd) for fd in os.listdir("/proc/self/fd")}
+
+
+def kept_fds() -> set[int]:
+    """The fds the kept contexts hold (one netlink socket each): open
+    between calls on purpose, so a long-lived process that checks for
+    leaked fds (`cni_skel.warm.server.ProcessBaseline`) does not count them."""
+    with _contexts_lock:
+        return set().union(*_context_fds.values()) if _contexts_pid == os.getpid() else set()
 
 
 def _forked() -> None:
@@ -161,6 +177,7 @@ def _forked() -> None:
     global _contexts_lock, _contexts_pid
     _contexts_lock = threading.Lock()
     _contexts.clear()
+    _context_fds.clear()
     _contexts_pid = os.getpid()
 
 
@@ -172,6 +189,7 @@ def release_contexts() -> None:
     close once no `Nft` uses them). The next `Nft` makes a new one."""
     with _contexts_lock:
         _contexts.clear()
+        _context_fds.clear()
 
 
 class Nft:

@@ -120,7 +120,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .. import __version__, netlink
+from .. import __version__, netlink, nft
 from ..env import hand_over_netns
 from ..errors import ERR_INTERNAL, ERR_IO_FAILURE, ERR_TRY_AGAIN_LATER, CNIError
 from ..invoke import SubprocessExec, plugin_outcome
@@ -1396,10 +1396,10 @@ class ProcessBaseline:
         if namespaces != self.namespaces:
             kinds = [k for k in self.namespaces if namespaces.get(k) != self.namespaces[k]]
             return f"namespaces changed ({', '.join(kinds)})"
-        fds = self._fds()
+        fds = self._fds() - nft.kept_fds()
         if fds != self.fds:
             gc.collect()  # a dropped socket or file in a reference cycle
-            fds = self._fds()
+            fds = self._fds() - nft.kept_fds()
         if fds - self.fds:
             return f"fds left open ({', '.join(map(str, sorted(fds - self.fds)[:8]))})"
         if self.fds - fds:
@@ -1430,10 +1430,10 @@ def _rehearse(plugins: dict[str, Any]) -> None:
     for cls in plugins.values():
         with contextlib.suppress(Exception):
             load_config(cls, {"cniVersion": "1.1.0", "name": "warm", "type": cls.name})
-    with contextlib.suppress(Exception), current_netns() as ns, ns.iproute() as ipr:
-        netlink.find_link(ipr, "lo")
-        netlink.addresses(ipr, "lo")
-        netlink.routes(ipr)
+    with contextlib.suppress(Exception), current_netns() as ns, ns.rtnl() as rtnl:
+        netlink.find_link(rtnl, "lo")
+        netlink.addresses(rtnl, "lo")
+        netlink.routes(rtnl)
 
 
 def _config_version(stdin: bytes) -> str:
