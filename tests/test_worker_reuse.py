@@ -23,7 +23,7 @@ import pytest
 from conftest import HERE, SuiteWorker
 
 from cni_skel.harness import run_plugin_raw
-from cni_skel.warm.install import write_executable
+from cni_skel.warm.install import plugin_registry, write_executable
 
 PROBE_REF = "worker_plugins.probe:WorkerProbe"
 # What the process puts back itself, and what makes it step down.
@@ -232,3 +232,21 @@ def test_pool_grows_for_parallel_calls_and_shrinks_when_idle(wdir, netns_factory
         assert "internal error" not in p.worker.log()
     finally:
         p.stop()
+
+
+def test_kept_nftables_contexts_do_not_end_the_process(pool, wdir):
+    """A masquerading bridge ADD leaves a libnftables context (its netlink
+    socket) for the next call in that namespace: not a leaked fd."""
+    bin_dir = os.path.dirname(pool.exe)
+    for name in ("bridge", "host-local"):
+        write_executable(bin_dir, name, plugin_registry()[name], worker_socket=pool.worker.sock,
+                         launcher="native")
+    conf = {"cniVersion": "1.0.0", "name": "masqnet", "type": "bridge", "bridge": "cnsk-m0",
+            "isGateway": True, "ipMasq": True,
+            "ipam": {"type": "host-local", "dataDir": os.path.join(wdir, "ipam"),
+                     "ranges": [[{"subnet": "10.89.0.0/24"}]]}}
+    run = run_plugin_raw(os.path.join(bin_dir, "bridge"), "ADD", conf, container_id="masq1",
+                         netns=pool.pod.path, node=pool.node)
+    assert run.exit_code == 0, run
+    time.sleep(0.5)  # the process puts itself back after the answer
+    assert "recycled" not in pool.worker.log(), pool.worker.log()

@@ -1341,7 +1341,8 @@ class ProcessBaseline:
 
     @staticmethod
     def _fds() -> set[int]:
-        return {int(name) for name in os.listdir("/proc/self/fd")}
+        # Without the fd listdir used: its number moves when others are opened.
+        return nft.open_fds()
 
     def restore_stdio(self) -> None:
         """fds 0-2 and ``sys.stdin/stdout/stderr`` as before the request (the
