@@ -46,6 +46,7 @@ from collections.abc import Iterable, Iterator
 from types import SimpleNamespace
 from typing import Any, NamedTuple
 
+from . import state
 from .errors import ERR_INTERNAL, ERR_PLUGIN_NOT_AVAILABLE, CNIError
 from .tags import COMMENT_MAX, attachment_tag, network_tag
 
@@ -141,7 +142,7 @@ def _context(json: bool, keep: bool = True) -> Any:
     if nftables is None:
         raise NftError(f"nftables Python binding not available: {_NFTABLES_MISSING}", None,
                        ERR_PLUGIN_NOT_AVAILABLE)
-    before = open_fds() if keep else set()
+    before = state.open_fds() if keep else set()
     try:
         ctx = nftables.Nftables()
     except OSError as e:
@@ -153,23 +154,10 @@ def _context(json: bool, keep: bool = True) -> Any:
     if keep:
         with _contexts_lock:
             _contexts[key] = ctx
-            _context_fds[key] = frozenset(open_fds() - before)
+            _context_fds[key] = frozenset(state.open_fds() - before)
             while len(_contexts) > CONTEXTS_MAX:
                 _context_fds.pop(_contexts.popitem(last=False)[0], None)
     return ctx
-
-
-def open_fds() -> set[int]:
-    """Open fds, without the one listdir used (closed again by the time we
-    look: its number is the next fd a context's socket gets)."""
-    out = set()
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            os.fstat(int(name))
-        except OSError:
-            continue
-        out.add(int(name))
-    return out
 
 
 def kept_fds() -> set[int]:

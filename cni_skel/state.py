@@ -399,3 +399,17 @@ def atomic_write(path: str, data: bytes, mode: int = 0o600, *, durable: bool = T
     must exist; it is opened by path, the file never through a symlink)."""
     with StateDir.open(os.path.dirname(os.path.abspath(path))) as d:
         d.write(os.path.basename(path), data, mode, durable=durable)
+
+
+def open_fds() -> set[int]:
+    """This process's open file descriptors, as ints. The fd ``listdir`` used
+    on ``/proc/self/fd`` is left out: it is closed by the time the names are
+    read, and its number is the next one any other open gets."""
+    out = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            os.fstat(int(name))
+        except OSError:
+            continue
+        out.add(int(name))
+    return out

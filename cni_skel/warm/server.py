@@ -120,7 +120,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .. import __version__, netlink, nft
+from .. import __version__, netlink, nft, state
 from ..env import hand_over_netns
 from ..errors import ERR_INTERNAL, ERR_IO_FAILURE, ERR_TRY_AGAIN_LATER, CNIError
 from ..invoke import SubprocessExec, plugin_outcome
@@ -1342,7 +1342,7 @@ class ProcessBaseline:
     @staticmethod
     def _fds() -> set[int]:
         # Without the fd listdir used: its number moves when others are opened.
-        return nft.open_fds()
+        return state.open_fds()
 
     def restore_stdio(self) -> None:
         """fds 0-2 and ``sys.stdin/stdout/stderr`` as before the request (the
