@@ -919,6 +919,11 @@ class WorkerChild:
             if conn is None:
                 return _IDLE_EXIT
             why = self._serve_connection(conn)
+            if why is None and self.calls < self.max_requests:
+                # Answered: idle for the parent's count now, so that putting
+                # the process back does not make the pool grow under load.
+                with contextlib.suppress(OSError):
+                    self.info_w.send(_REPORT_IDLE)
             if why is None:
                 why = baseline.restore()
             if why is None and self.calls >= self.max_requests:
@@ -926,8 +931,6 @@ class WorkerChild:
             if why is not None:
                 _log(self.log, "", f"recycled after {self.calls} call(s): {why}")
                 return _RECYCLED
-            with contextlib.suppress(OSError):
-                self.info_w.send(_REPORT_IDLE)
 
     def _on_retire(self, signum: int, frame: Any) -> None:
         self.retire = True
