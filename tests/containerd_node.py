@@ -338,7 +338,14 @@ class ContainerdNode:
         """Stop containerd, then kill whatever of ours is left (shims,
         containers). Returns the pids that had to be killed besides
         containerd (should be none after a clean test)."""
-        leftovers = [p for p in self.processes() if self.proc is None or p != self.pid]
+        # A shim exits on its own shortly after its sandbox is removed: give
+        # it a moment before counting it as left over.
+        grace = time.monotonic() + 5.0
+        while True:
+            leftovers = [p for p in self.processes() if self.proc is None or p != self.pid]
+            if not leftovers or time.monotonic() > grace:
+                break
+            time.sleep(0.1)
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
