@@ -118,8 +118,10 @@ def merge(old: dict[str, Any], network: str, args: CmdArgs, sys_orig: dict[str, 
 
 def _write(file: str, data: bytes) -> None:
     directory, name = _split(file)
+    # Not synced: the file lives in /run (tmpfs), gone at a reboot with the
+    # pods it describes; Go's tuning never syncs either.
     with StateDir.open(directory, DIR_MODE) as d:
-        d.write(name, data, FILE_MODE)
+        d.write(name, data, FILE_MODE, durable=False)
 
 
 def save(file: str, doc: dict[str, Any]) -> None:
