@@ -773,11 +773,15 @@ def bridge_vlan_del(ipr: Socket, name: Link | str | int, vid: int) -> None:
 
 
 def wait_operstate(ipr: Socket, name: Link | str | int, state: str = "UP", *,
-                   delays: tuple[float, ...] = (0, 0.05, 0.5, 1, 1)) -> Link:
+                   delays: tuple[float, ...] = (0, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032,
+                                                0.064, 0.128, 0.25, 0.5, 1, 0.6)) -> Link:
     """Poll link ``name`` until its operstate is ``state``; return its `Link`.
 
-    ``delays``: seconds slept before each look (Go's bridge plugin waits
-    0/50/500/1000/1000 ms for the host veth to come up).
+    ``delays``: seconds slept before each look. Go's bridge plugin waits
+    0/50/500/1000/1000 ms for the host veth to come up; the default gives up
+    after about as long (2.6 s), but looks again after 1, 2, 4... ms: the
+    kernel's link watcher sets a veth UP within a few ms of its peer, and a
+    first sleep of 50 ms was the tail of a bridge ADD under load.
 
     Raises:
         LinkNotFound: (999); CNIError: 999 ``"<name>" is <operstate>`` when it
