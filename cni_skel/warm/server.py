@@ -1370,9 +1370,7 @@ class ProcessBaseline:
                     setns(self.ns_fds[kind], flag)
             os.chdir(self.cwd)
             os.umask(self.umask)
-            if dict(os.environb) != self.environ:
-                os.environb.clear()
-                os.environb.update(self.environ)
+            _set_environ(self.environ)
             sys.path[:] = self.path
         except Exception as exc:
             return f"cannot put its context back: {type(exc).__name__}: {exc}"
@@ -1470,10 +1468,7 @@ def _enter_process_context(err_fd: int, cwd: str, umask: int, env: dict[bytes, b
     except OSError:
         os.chdir("/")
     os.umask(umask)
-    os.environ.clear()
-    for key, value in env.items():
-        if key and b"\0" not in key:
-            os.environb[key] = value
+    _set_environ({key: value for key, value in env.items() if key and b"\0" not in key})
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
@@ -1481,6 +1476,18 @@ def _enter_process_context(err_fd: int, cwd: str, umask: int, env: dict[bytes, b
     sys.stderr.flush()
     os.dup2(err_fd, 1)
     os.dup2(err_fd, 2)
+
+
+def _set_environ(env: dict[bytes, bytes]) -> None:
+    """Make the environment exactly ``env``, touching only what differs
+    (``os.environ.clear()`` pops one key at a time, each through a fresh
+    iterator: a quarter of the serving process's own time per call)."""
+    current = os.environb
+    for key in [k for k in current if k not in env]:
+        del current[key]
+    for key, value in env.items():
+        if current.get(key) != value:
+            current[key] = value
 
 
 def _same_file(fd: int, path: str) -> bool:
