@@ -19,7 +19,7 @@ PY       := $(VENV)/bin/python
 SYS_PKGS := iproute2 nftables libnftables1 containernetworking-plugins python3 python3-venv \
             containerd runc busybox-static gcc libc6-dev systemd mmdebstrap buildah
 
-.PHONY: all deps venv demo test install image lint bench bench-quick fuzz clean
+.PHONY: all deps venv demo test install image lint dist-check bench bench-quick fuzz clean
 
 all: test
 
@@ -64,6 +64,11 @@ image: deps venv
 
 lint: venv
 	$(VENV)/bin/ruff check .
+
+# sdist + wheel (python -m build), twine check, and a slice of the suite run
+# from the unpacked sdist against the installed wheel (.ci/dist-check).
+dist-check: deps venv
+	PY=$(PY) .ci/dist-check
 
 # Ours against Debian's Go plugins, interleaved; results in bench/results/
 # (BENCH_ARGS: e.g. --modes go,oneshot --out /tmp/r). bench-quick: < 60 s smoke.

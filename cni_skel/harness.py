@@ -15,6 +15,7 @@ import ipaddress
 import itertools
 import json
 import os
+import secrets
 import select
 import shlex
 import shutil
@@ -41,7 +42,7 @@ from .warm.install import (
     write_executable,
     write_units,
 )
-from .warm.protocol import DEFAULT_SOCKET, REQUIRED_ENV
+from .warm.protocol import REQUIRED_ENV
 
 __all__ = [
     "PluginRun",
@@ -59,6 +60,10 @@ __all__ = [
 ]
 
 NETNS_DIR = "/run/netns"
+#: In every name `create_netns` makes: a token of this process, so that two
+#: suites on one machine (even in PID namespaces of their own that share
+#: /run/netns) never take each other's names.
+SUITE_TAG = secrets.token_hex(3)
 _counter = itertools.count()
 
 
@@ -73,8 +78,9 @@ class TestNetNS:
 
 
 def create_netns(prefix: str = "cnsk") -> TestNetNS:
-    """Create a uniquely named netns (``<prefix>-<pid>-<n>``) with ``lo`` down."""
-    name = f"{prefix}-{os.getpid()}-{next(_counter)}"
+    """Create a uniquely named netns (``<prefix>-<pid>-<SUITE_TAG>-<n>``)
+    with ``lo`` down."""
+    name = f"{prefix}-{os.getpid()}-{SUITE_TAG}-{next(_counter)}"
     ip_netns.create(name)
     return TestNetNS(name, os.path.join(NETNS_DIR, name))
 
@@ -87,18 +93,20 @@ def remove_netns(ns: TestNetNS) -> None:
 
 def install_plugin(bin_dir: str | os.PathLike, name: str, ref: str, *,
                    python: str | None = None, pythonpath: list[str] | None = None,
-                   worker_socket: str | None = DEFAULT_SOCKET) -> str:
+                   worker_socket: str | None = None) -> str:
     """Write an executable ``bin_dir/name`` that runs plugin class ``ref``
     (``"module:Class"``), as ``cni-skel install`` does; returns its path.
     ``pythonpath``: extra import directories (a plugin not installed as a
     package, such as one in your tests folder).
 
-    ``worker_socket``: the executable is a launcher that hands each call to
-    ``cni-skel worker`` on this socket (default ``/run/cni-skel/worker.sock``,
-    as ``cni-skel install``) and runs the plugin in-process when no worker
-    answers there; None writes a plain one-shot script (``install
-    --one-shot``). Point it at a worker you started to test warm mode, or at
-    a path where none listens to be sure the in-process path runs."""
+    ``worker_socket``: None (default) writes a plain one-shot script
+    (``install --one-shot``): every call runs the code of this checkout,
+    whatever worker the machine runs. A path makes the executable a launcher
+    that hands each call to ``cni-skel worker`` there (one your test started,
+    to test warm mode) and runs the plugin itself when none answers;
+    ``cni_skel.warm.protocol.DEFAULT_SOCKET`` is the node's own worker, as
+    ``cni-skel install`` writes it (the test then runs whatever code that
+    worker has loaded)."""
     return write_executable(os.fspath(bin_dir), name, ref, python=python, force=True,
                             pythonpath=pythonpath, worker_socket=worker_socket)
 

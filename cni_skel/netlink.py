@@ -1068,15 +1068,21 @@ def add_route(
     priority: int | None = None,
     table: int | None = None,
     scope: int | str | None = None,
+    src: str | IPAddress | None = None,
+    proto: int | str = "boot",
 ) -> bool:
-    """Add a unicast route (proto boot, as Go's netlink and iproute2).
+    """Add a unicast route (proto boot by default, as Go's netlink and iproute2).
 
     ``dst``: a network (``"10.2.0.0/16"``; host bits are masked off; a bare
     address is a host route; ``"default"`` with a gateway). ``gw``: next hop;
     ``dev``: output link (`Link`, ifindex or name). ``mtu``/``advmss`` in
     bytes (route metrics). ``priority``: metric. ``table``: 254 (main) when
     None. ``scope``: int or "universe"/"link"/"host"/"site"; None leaves the
-    kernel default (universe), as Go's ``ip.AddRoute`` does.
+    kernel default (universe), as Go's ``ip.AddRoute`` does. ``src``: the
+    preferred source address (RTA_PREFSRC, Go's ``Route.Src``; an address
+    of this host, same family as ``dst``). ``proto``: who made the route, a
+    number or a name of /etc/iproute2/rt_protos ("boot", "static",
+    "kernel", ...).
 
     Idempotent: an identical route (EEXIST) returns False; True when added.
     Note EEXIST means "same dst/metric/table exists", possibly with another
@@ -1088,7 +1094,16 @@ def add_route(
         ENETUNREACH for a gateway not reachable on-link).
     """
     spec = _route_spec(ipr, dst, gw, dev)
-    spec["proto"] = "boot"
+    spec["proto"] = proto
+    if src is not None and src != "":
+        try:
+            prefsrc = ipaddress.ip_address(src)
+        except ValueError as e:
+            raise CNIError(ERR_INVALID_NETWORK_CONFIG, f'invalid route source "{src}"') from e
+        if (prefsrc.version == 4) != (spec["family"] == socket.AF_INET):
+            raise CNIError(ERR_INVALID_NETWORK_CONFIG,
+                           f'route source "{prefsrc}" does not match route destination "{dst}"')
+        spec["prefsrc"] = str(prefsrc)
     if priority is not None:
         spec["priority"] = int(priority)
     if table is not None:

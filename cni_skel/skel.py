@@ -16,6 +16,7 @@ import json
 import os
 import sys
 
+from . import __version__
 from .env import CmdArgs, handed_netns_fd, parse_env, validate_network_name
 from .errors import (
     ERR_DECODING_FAILURE,
@@ -69,7 +70,8 @@ class Plugin:
 
     Class attributes:
         name: plugin name for the about text (CNI_COMMAND unset).
-        about: the about text's first line (default from ``name``).
+        about: the about text's first line (default ``"CNI <name> plugin
+            (cni-skel <version>)"``, as Go's ``bv.BuildString``).
         config_model: the `cni_skel.config.NetConf` subclass stdin is parsed
             into (default NetConf itself).
         args_model: the `cni_skel.args.CNIArgs` subclass CNI_ARGS is parsed
@@ -138,7 +140,7 @@ class Plugin:
 
     @classmethod
     def about_text(cls) -> str:
-        head = cls.about or f"CNI {cls.name} plugin (cni-skel)"
+        head = cls.about or f"CNI {cls.name} plugin (cni-skel {__version__})"
         return f"{head}\nCNI protocol versions supported: {', '.join(cls.supported_versions)}\n"
 
     @classmethod

@@ -125,6 +125,7 @@ def test_about_text_without_a_command(loopback):
                           capture_output=True, check=False)
     assert proc.returncode == 0 and proc.stdout == b"", proc
     assert b"CNI protocol versions supported: 0.1.0" in proc.stderr, proc.stderr
+    assert f"CNI loopback plugin (cni-skel {cni_skel.__version__})".encode() in proc.stderr
 
 
 PLUGIN_THAT_SAYS_WHEN_IMPORTED = """

@@ -472,7 +472,17 @@ def test_veth_pair_addresses_routes(make_ns, origin, sock):
         assert add_route(cipr, "default", gw="10.77.0.1") is True
         assert add_route(cipr, "10.201.0.5", dev="eth0", scope="link", priority=50) is True
         assert add_route(cipr, "fd00:200::/48", gw="fd00:77::1", dev="eth0") is True
+        # what a ptp plugin's host side needs: src, scope and proto
+        assert add_route(cipr, "10.204.0.7/32", dev="eth0", scope="link", src="10.77.0.2",
+                         proto="static") is True
+        with pytest.raises(CNIError) as ei:
+            add_route(cipr, "10.205.0.0/16", dev="eth0", src="fd00:77::2")
+        assert ei.value.code == 7 and "source" in ei.value.msg
         r4 = {str(r["dst"]): r for r in routes(cipr, family=4)}
+        assert r4["10.204.0.7/32"]["src"] == ipaddress.ip_address("10.77.0.2")
+        assert r4["10.204.0.7/32"]["scope"] == 253
+        assert r4["10.204.0.7/32"]["proto"] == 4  # RTPROT_STATIC
+        assert r4["10.200.0.0/16"]["proto"] == 3  # RTPROT_BOOT, the default
         assert r4["10.200.0.0/16"]["gw"] == ipaddress.ip_address("10.77.0.1")
         assert r4["10.200.0.0/16"]["oif"] == peer.index
         assert r4["10.200.0.0/16"]["mtu"] == 1300

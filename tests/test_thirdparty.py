@@ -15,9 +15,10 @@ from conftest import HERE, THIRDPARTY, write_readme_example
 from cni_skel import netlink
 from cni_skel.env import CmdArgs
 from cni_skel.errors import CNIError
-from cni_skel.harness import install_plugin, run_plugin
+from cni_skel.harness import SUITE_TAG, install_plugin, run_plugin
 from cni_skel.invoke import delegate_add, delegate_del
 from cni_skel.netns import NetNS
+from cni_skel.warm.protocol import DEFAULT_SOCKET
 
 README = HERE.parent / "README.md"
 
@@ -146,3 +147,15 @@ def test_delegate_non_json_failure(tmp_path):
         delegate_del("bad-ipam", b"{}", args, stderr=sink)
     assert ei.value.code == 999 and "exit status 2" in ei.value.msg
     assert "panic: nil map" in ei.value.details
+
+
+def test_test_helpers_are_isolated_by_default(tmp_path, netns_factory):
+    """An author's suite neither runs a node's worker's (maybe stale) code by
+    default nor shares namespace names with another suite on the machine."""
+    exe = install_plugin(tmp_path, "lo-copy", "cni_skel_plugins.loopback:Loopback")
+    with open(exe, "rb") as fp:
+        text = fp.read()
+    assert text.startswith(b"#!") and DEFAULT_SOCKET.encode() not in text
+    ns = netns_factory("cnsk-iso")
+    assert ns.name.startswith(f"cnsk-iso-{os.getpid()}-{SUITE_TAG}-"), ns.name
+    assert os.path.exists(ns.path)

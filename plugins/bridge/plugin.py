@@ -271,7 +271,6 @@ class Bridge(Plugin):
     """
 
     name = "bridge"
-    about = "CNI bridge plugin (cni-skel)"
     config_model = BridgeConf
     args_model = BridgeArgs
 

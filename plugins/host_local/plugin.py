@@ -223,7 +223,6 @@ class HostLocal(Plugin):
     """
 
     name = "host-local"
-    about = "CNI host-local IPAM plugin (cni-skel)"
     config_model = HostLocalConf
     args_model = HostLocalArgs
 

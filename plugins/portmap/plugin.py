@@ -18,6 +18,7 @@ import os
 import sys
 from typing import Any
 
+from cni_skel import __version__
 from cni_skel.env import CmdArgs
 from cni_skel.errors import (
     ERR_INTERNAL,
@@ -474,7 +475,7 @@ class PortMap(Plugin):
     """
 
     name = "portmap"
-    about = "CNI portmap plugin (cni-skel, nftables)"
+    about = f"CNI portmap plugin (cni-skel {__version__}, nftables)"
     config_model = PortMapConf
 
     @classmethod

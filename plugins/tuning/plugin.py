@@ -277,7 +277,6 @@ class Tuning(Plugin):
     """
 
     name = "tuning"
-    about = "CNI tuning plugin (cni-skel)"
     config_model = TuningConf
     args_model = TuningArgs
 
