@@ -190,10 +190,12 @@ DEFAULT_EXEC: Exec = SubprocessExec()
 
 
 def _delegate(command: str, plugin_type: str, stdin_data: bytes, args: CmdArgs,
-              timeout: float | None, stderr: IO[str] | None) -> bytes:
+              timeout: float | None, stderr: IO[str] | None,
+              env: Mapping[str, str] | None = None) -> bytes:
     ex = args.exec if args.exec is not None else DEFAULT_EXEC
     path = ex.find(plugin_type, args.env.get("CNI_PATH", args.path))
-    return ex.run(path, command, stdin_data, args.env, timeout=timeout, stderr=stderr)
+    return ex.run(path, command, stdin_data, args.env if env is None else env,
+                  timeout=timeout, stderr=stderr)
 
 
 def delegate_add(plugin_type: str, stdin_data: bytes, args: CmdArgs, *,
@@ -223,13 +225,18 @@ def delegate_del(plugin_type: str, stdin_data: bytes, args: CmdArgs, **kw: Any) 
 
 
 def delegate_status(plugin_type: str, stdin_data: bytes, args: CmdArgs, **kw: Any) -> None:
-    """IPAM STATUS (spec: a plugin forwards STATUS to its IPAM)."""
-    _delegate("STATUS", plugin_type, stdin_data, args, kw.get("timeout"), kw.get("stderr"))
+    """IPAM STATUS (spec: a plugin forwards STATUS to its IPAM). ``kw``:
+    ``timeout``, ``stderr``, and ``env`` (the delegate's environment;
+    default ``args.env``)."""
+    _delegate("STATUS", plugin_type, stdin_data, args, kw.get("timeout"), kw.get("stderr"),
+              kw.get("env"))
 
 
 def delegate_gc(plugin_type: str, stdin_data: bytes, args: CmdArgs, **kw: Any) -> None:
-    """IPAM GC (spec: a plugin forwards GC to its IPAM)."""
-    _delegate("GC", plugin_type, stdin_data, args, kw.get("timeout"), kw.get("stderr"))
+    """IPAM GC (spec: a plugin forwards GC to its IPAM); ``kw`` as
+    `delegate_status`."""
+    _delegate("GC", plugin_type, stdin_data, args, kw.get("timeout"), kw.get("stderr"),
+              kw.get("env"))
 
 
 def ipam_add(undo: Rollback, plugin_type: str, stdin_data: bytes, args: CmdArgs, *,

@@ -71,7 +71,7 @@ class {cls}(Plugin):
             check_expressible(conf.cni_version, conf.prev_result)
         else:  # ours alone: an interface, no IP
             check_expressible(conf.cni_version, has_ip=False)
-        with NetNS.open(args.netns) as pod, pod.iproute() as ipr:
+        with NetNS.open(args.netns) as pod, pod.rtnl() as ipr:
             link = _link(ipr, args)
             # One change, made last: nothing to undo if it fails. A plugin
             # that makes several registers each undo on cni_skel.rollback().
@@ -87,7 +87,7 @@ class {cls}(Plugin):
         Raises:
             CNIError: {check_code} when it differs or CNI_IFNAME is missing.
         """
-        with NetNS.open(args.netns) as pod, pod.iproute() as ipr:
+        with NetNS.open(args.netns) as pod, pod.rtnl() as ipr:
             mtu = _link(ipr, args).mtu
         if mtu != conf.mtu:
             raise CNIError(ERR_INVALID_NETWORK_CONFIG,
@@ -162,13 +162,13 @@ def exe(tmp_path):
 
 def _veth(pod, name="eth0"):
     """An interface to configure, as the plugin before ours would leave it."""
-    with NetNS.open(pod.path) as ns, ns.iproute() as ipr:
+    with NetNS.open(pod.path) as ns, ns.rtnl() as ipr:
         ipr.link("add", ifname=name, kind="veth", peer="peer0")
         return netlink.find_link(ipr, name)
 
 
 def _mtu(pod, name="eth0"):
-    with NetNS.open(pod.path) as ns, ns.iproute() as ipr:
+    with NetNS.open(pod.path) as ns, ns.rtnl() as ipr:
         return netlink.find_link(ipr, name).mtu
 
 

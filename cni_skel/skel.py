@@ -93,8 +93,9 @@ class Plugin:
             (`cni_skel.rollback.rollback`). Default: code 999.
         check(args, conf), delete(args, conf): return None on success.
             Default: code 999.
-        status(args, conf), gc(args, conf): default to success. A GC takes
-            its keep-list from `cni_skel.config.NetConf.gc_keep`.
+        status(args, conf), gc(args, conf): default: passed on to the IPAM
+            plugin the config names (``ipam.type``), else success. A GC
+            takes its keep-list from `cni_skel.config.NetConf.gc_keep`.
         validate_config(args, conf): the config checks ADD makes beyond the
             config model that need nothing but the config (no netns, no
             prevResult, nothing written); `cni-skel validate` runs them after
@@ -121,10 +122,16 @@ class Plugin:
         raise CNIError(ERR_INTERNAL, f"{self.name}: DEL is not implemented")
 
     def status(self, args: CmdArgs, conf: Any) -> None:
-        """STATUS (1.1.0); succeeds unless overridden."""
+        """STATUS (1.1.0). Unless overridden: the IPAM plugin's STATUS when
+        the config names one (spec: a plugin passes STATUS on to its IPAM),
+        else success. Raises the IPAM plugin's `CNIError`."""
+        _pass_to_ipam("STATUS", self, args, conf)
 
     def gc(self, args: CmdArgs, conf: Any) -> None:
-        """GC (1.1.0); succeeds unless overridden."""
+        """GC (1.1.0). Unless overridden: the IPAM plugin's GC when the
+        config names one (spec: a plugin passes GC on to its IPAM), else
+        success. Raises the IPAM plugin's `CNIError`."""
+        _pass_to_ipam("GC", self, args, conf)
 
     def validate_config(self, args: CmdArgs, conf: Any) -> None:
         """Config checks beyond the model (`cni-skel validate`); none unless
@@ -153,6 +160,23 @@ class Plugin:
     def main(cls) -> None:
         """Entry point of the plugin executable: env + stdin in, JSON out, exit."""
         sys.exit(_main(cls))
+
+
+#: Set (to the caller's name) in the environment of an IPAM plugin that the
+#: default `Plugin.status` / `Plugin.gc` run: that plugin's own defaults then
+#: pass nothing on. An IPAM plugin's config names itself in ``ipam.type``,
+#: possibly under another name than its class's ``name``.
+IPAM_OF_ENV = "CNI_SKEL_IPAM_OF"
+
+
+def _pass_to_ipam(verb: str, plugin: Plugin, args: CmdArgs, conf: Any) -> None:
+    ipam_type = getattr(getattr(conf, "ipam", None), "type", "") or ""
+    if not ipam_type or ipam_type == plugin.name or args.env.get(IPAM_OF_ENV):
+        return
+    from .invoke import delegate_gc, delegate_status  # STATUS/GC only, never VERSION
+
+    run = delegate_status if verb == "STATUS" else delegate_gc
+    run(ipam_type, args.stdin_data, args, env={**args.env, IPAM_OF_ENV: plugin.name})
 
 
 def _dumps(obj: Any) -> bytes:

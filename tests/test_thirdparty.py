@@ -51,6 +51,8 @@ def test_readme_example_with_go_host_local(tmp_path, go_cni_dir, node_netns, pod
     # Debian's Go host-local speaks up to 1.0.0.
     conf = {"cniVersion": "1.0.0", "name": "readme-net", "type": "veth-ipam", "mtu": 1400,
             "ipam": {"type": "host-local", "subnet": "10.77.0.0/24",
+                     "routes": [{"dst": "10.99.0.0/16"},
+                                {"dst": "10.98.0.0/16", "gw": "10.77.0.9"}],
                      "dataDir": str(data_dir)}}
     kw = dict(netns=pod_netns.path, ifname="net1", node=node_netns, container_id="readme1",
               cni_path=f"{tmp_path}:{go_cni_dir}")
@@ -65,6 +67,12 @@ def test_readme_example_with_go_host_local(tmp_path, go_cni_dir, node_netns, pod
         assert link.up and link.mtu == 1400 and link.kind == "veth"
         assert link.mac == result["interfaces"][1]["mac"]
         assert [str(a) for a in netlink.addresses(ipr, "net1", 4)] == [addr]
+        # the routes the result names are the pod's (the IPAM's, via its gateway by default)
+        have = {str(r["dst"]): r for r in netlink.routes(ipr, family=4)}
+        for want in result["routes"]:
+            got = have[str(ipaddress.ip_network(want["dst"]))]
+            assert got["oif"] == link.index and str(got["gw"]) == want.get("gw", "None"), got
+        assert {r["dst"] for r in result["routes"]} == {"10.99.0.0/16", "10.98.0.0/16"}
     with NetNS.open(node_netns.path) as ns, ns.iproute() as ipr:
         assert netlink.find_link(ipr, "vhreadme1").up, "host end stays on the node"
     ip_file = data_dir / "readme-net" / addr.split("/")[0]
@@ -159,3 +167,25 @@ def test_test_helpers_are_isolated_by_default(tmp_path, netns_factory):
     ns = netns_factory("cnsk-iso")
     assert ns.name.startswith(f"cnsk-iso-{os.getpid()}-{SUITE_TAG}-"), ns.name
     assert os.path.exists(ns.path)
+
+
+def test_status_and_gc_pass_to_ipam_by_default(tmp_path, tp_bin, node_netns, cni_worker_socket):
+    """A plugin that leaves status/gc alone (the README example) passes them
+    on to the IPAM plugin its config names (spec: GC and STATUS reach the
+    IPAM), and that IPAM plugin's own defaults pass nothing on, even
+    installed under another name than its class's (no exec loop)."""
+    exe = readme_plugin(tp_bin, cni_worker_socket)
+    path = [str(THIRDPARTY.parent)]
+    install_plugin(tp_bin, "other-ipam", "thirdparty.fakeipam:FakeIPAMPlugin", pythonpath=path,
+                   worker_socket=cni_worker_socket)
+    conf = {"cniVersion": "1.1.0", "name": "tpnet", "type": "veth-ipam",
+            "ipam": {"type": "fake-ipam", "logFile": str(tmp_path / "ipam.log")}}
+    kw = dict(node=node_netns, container_id="", netns="", ifname="", timeout=30.0)
+    assert run_plugin(exe, "STATUS", conf, **kw) is None
+    assert ipam_log(tmp_path) == ["STATUS  "]
+    gc = {**conf, "cni.dev/valid-attachments": []}
+    assert run_plugin(exe, "GC", gc, **kw) is None
+    other = {**gc, "ipam": {**gc["ipam"], "type": "other-ipam"}}
+    assert run_plugin(exe, "GC", other, **kw) is None
+    assert run_plugin(exe, "STATUS", other, **kw) is None
+    assert ipam_log(tmp_path) == ["STATUS  ", "STATUS  "]
