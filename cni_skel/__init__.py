@@ -14,6 +14,9 @@ imports only what it needs; ``from cni_skel import Plugin`` costs the stdlib.
     ipam_add, delegate_*,            IPAM delegation and how plugins are run
     Exec, SubprocessExec             (cni_skel.invoke; Go's invoke.Exec)
     Link                             a link as the kernel reports it (cni_skel.netlink)
+
+Each name's own help says more (``help(cni_skel.Plugin)``); docs/tutorial.md
+walks through a plugin, and ``make docs`` builds the API reference.
 """
 
 from __future__ import annotations
@@ -25,7 +28,40 @@ from .rollback import rollback as rollback
 
 TYPE_CHECKING = False  # typing stays out of the VERSION path of plain scripts
 if TYPE_CHECKING:
+    # What type checkers and IDEs see (py.typed): the same names the lazy
+    # ``__getattr__`` hands out at run time, with their real types.
     from typing import Any
+
+    from .args import CNIArgs as CNIArgs
+    from .args import K8sArgs as K8sArgs
+    from .args import load_args as load_args
+    from .config import GCAttachment as GCAttachment
+    from .config import IPAMConf as IPAMConf
+    from .config import NetConf as NetConf
+    from .env import CmdArgs as CmdArgs
+    from .errors import CNIError as CNIError
+    from .invoke import Exec as Exec
+    from .invoke import SubprocessExec as SubprocessExec
+    from .invoke import delegate_add as delegate_add
+    from .invoke import delegate_check as delegate_check
+    from .invoke import delegate_del as delegate_del
+    from .invoke import delegate_gc as delegate_gc
+    from .invoke import delegate_status as delegate_status
+    from .invoke import ipam_add as ipam_add
+    from .netlink import Link as Link
+    from .netns import NetNS as NetNS
+    from .netns import open_netns as open_netns
+    from .skel import Plugin as Plugin
+    from .skel import dispatch as dispatch
+    from .types import DNS as DNS
+    from .types import Interface as Interface
+    from .types import IPConfig as IPConfig
+    from .types import Result as Result
+    from .types import Route as Route
+    from .types import parse_result as parse_result
+    from .version import ALL_VERSIONS as ALL_VERSIONS
+    from .version import CURRENT_VERSION as CURRENT_VERSION
+del TYPE_CHECKING
 
 __version__ = "0.1.0"
 
@@ -45,7 +81,10 @@ _EXPORTS = {
     "ALL_VERSIONS": "version", "CURRENT_VERSION": "version",
 }
 
-__all__ = sorted([*_EXPORTS, "Rollback", "rollback"])
+# No ``__all__``: with one, help(cni_skel) renders every exported pydantic
+# model with all of BaseModel's methods (5,000 lines). The public names are
+# _EXPORTS plus Rollback/rollback, pinned by tests/test_exported_members.py.
+PUBLIC = (*_EXPORTS, "Rollback", "rollback")
 
 
 def __getattr__(name: str) -> Any:
@@ -60,4 +99,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(list(globals()) + __all__)
+    return sorted({*globals(), *PUBLIC})

@@ -41,6 +41,7 @@ import functools
 import ipaddress
 import os
 import threading
+import typing
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from types import SimpleNamespace
@@ -347,7 +348,9 @@ class GetElement(NamedTuple):
     None when there is no such element (or set, or table)."""
 
     set: str
-    key: Any
+    # typing.Any spelled out: a NamedTuple's generated __new__ resolves its
+    # annotations without this module's globals (API reference tools).
+    key: typing.Any
     key_type: str | tuple[str, ...] | list[str]
     data_type: str | None = None
 
@@ -372,7 +375,7 @@ class Element(NamedTuple):
     """An element read back: map ``data`` (decoded as the query's
     ``data_type``; None for a set) and its ``comment`` (None without one)."""
 
-    data: Any
+    data: typing.Any
     comment: str | None
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import keyword
 import re
 
+from . import __version__
+
 __all__ = ["names_for", "render"]
 
 _NAME_RE = re.compile(r"[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*")
@@ -120,7 +122,12 @@ name = "{name}"
 version = "0.1.0"
 description = "CNI plugin {name}: sets the MTU of the container's interface"
 requires-python = ">=3.11"
-dependencies = ["cni-skel"]
+# cni-skel is not on PyPI: pip finds it in the environment, or give it a
+# wheel or a checkout (README.md, "Install").
+dependencies = ["cni-skel>={skel_version}"]
+
+[project.optional-dependencies]
+test = ["pytest>=8"]
 
 [project.entry-points."cni_skel.plugins"]
 # Executable name -> plugin class: `cni-skel install --bin-dir /opt/cni/bin {name}`
@@ -215,6 +222,16 @@ pip install .             # registers the plugin (entry point cni_skel.plugins)
 cni-skel install --bin-dir /opt/cni/bin {name}
 ```
 
+## Install
+
+cni-skel is not on PyPI. In an environment that already has it, `pip install .` is
+enough; in a fresh one, give pip a cni-skel wheel or checkout along with this project:
+
+```sh
+pip install --find-links /path/to/wheels '.[test]'   # a directory holding cni_skel-*.whl
+pip install /path/to/cni-skel '.[test]'              # or a cni-skel source checkout
+```
+
 In a conflist:
 
 ```json
@@ -245,7 +262,8 @@ def names_for(name: str) -> tuple[str, str]:
 def render(name: str) -> dict[str, str]:
     """The files of the new project: relative path -> text."""
     module, cls = names_for(name)
-    fmt = {"name": name, "module": module, "cls": cls, "check_code": 7}
+    fmt = {"name": name, "module": module, "cls": cls, "check_code": 7,
+           "skel_version": __version__}
     return {
         "pyproject.toml": _PYPROJECT.format(**fmt),
         "README.md": _README.format(**fmt),

@@ -12,6 +12,7 @@ import tomllib
 
 import pytest
 
+import cni_skel
 from cni_skel import netlink
 from cni_skel.netns import NetNS
 from cni_skel.plugin_template import names_for
@@ -41,7 +42,8 @@ def test_writes_the_project(project):
     meta = tomllib.loads((project / "pyproject.toml").read_text())
     assert meta["project"]["entry-points"]["cni_skel.plugins"] == {
         "mtu-setter": "cni_mtu_setter:MtuSetter"}
-    assert "cni-skel" in meta["project"]["dependencies"]
+    assert meta["project"]["dependencies"] == [f"cni-skel>={cni_skel.__version__}"]
+    assert meta["project"]["optional-dependencies"]["test"] == ["pytest>=8"]
 
 
 def test_generated_tests_pass_out_of_the_box(project):

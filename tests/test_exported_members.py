@@ -5,8 +5,11 @@ something that exists."""
 
 from __future__ import annotations
 
+import ast
 import importlib
+import inspect
 import pkgutil
+import pydoc
 
 import cni_skel
 
@@ -19,12 +22,30 @@ PUBLIC = [
 ]
 
 
-def test_all_is_pinned():
-    assert cni_skel.__all__ == sorted(PUBLIC)
+def test_public_names_are_pinned():
+    assert sorted(cni_skel.PUBLIC) == sorted(PUBLIC)
+
+
+def test_type_checkers_see_the_same_names():
+    # py.typed: the TYPE_CHECKING block re-exports (``X as X``) every lazy name.
+    tree = ast.parse(inspect.getsource(cni_skel))
+    block = next(node for node in tree.body if isinstance(node, ast.If)
+                 and getattr(node.test, "id", None) == "TYPE_CHECKING")
+    seen = {alias.asname for node in block.body if isinstance(node, ast.ImportFrom)
+            and node.level == 1 for alias in node.names}
+    assert seen == set(PUBLIC) - {"Rollback", "rollback"}
+
+
+def test_help_is_a_map_not_a_dump():
+    # With __all__, help() rendered each pydantic model with all of
+    # BaseModel's methods: 5,000 lines.
+    text = pydoc.render_doc(cni_skel, renderer=pydoc.plaintext)
+    assert len(text.splitlines()) < 150
+    assert "help(cni_skel.Plugin)" in text
 
 
 def test_every_exported_name_resolves_to_the_sdk():
-    for name in cni_skel.__all__:
+    for name in cni_skel.PUBLIC:
         value = getattr(cni_skel, name)
         module = getattr(value, "__module__", None)
         assert module is None or module.startswith("cni_skel"), (name, module)

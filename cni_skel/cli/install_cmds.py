@@ -305,4 +305,5 @@ def new_plugin(name: str, parent: str, force: bool) -> None:
             fp.write(text)
     click.echo(f"wrote plugin project {target}/ (package {module}, class {cls})\n"
                f"  cd {target} && python -m pytest       # as root\n"
-               f"  pip install . && cni-skel install --bin-dir /opt/cni/bin {name}")
+               f"  pip install . && cni-skel install --bin-dir /opt/cni/bin {name}\n"
+               "  (in a fresh venv, pip needs a cni-skel wheel or checkout too: see its README)")
