@@ -886,6 +886,7 @@ class WorkerChild:
         self.report_done = report_done  # the parent keeps metrics
         self.retire = False  # the parent asked this idle process to go (SIGUSR1)
         self.calls = 0  # plugin calls run (pings and refusals are not counted)
+        self.idle_reported = False  # this connection's "idle" report went out
 
     def _report_done(self, plugin: str, verb: str, outcome: str, code: str,
                      seconds: float) -> None:
@@ -918,12 +919,9 @@ class WorkerChild:
             conn = self._accept(poll, wake_r)
             if conn is None:
                 return _IDLE_EXIT
+            self.idle_reported = False
             why = self._serve_connection(conn)
-            if why is None and self.calls < self.max_requests:
-                # Answered: idle for the parent's count now, so that putting
-                # the process back does not make the pool grow under load.
-                with contextlib.suppress(OSError):
-                    self.info_w.send(_REPORT_IDLE)
+            self._report_idle(why)  # when no answer went out (the client left)
             if why is None:
                 why = baseline.restore()
             if why is None and self.calls >= self.max_requests:
@@ -934,6 +932,24 @@ class WorkerChild:
 
     def _on_retire(self, signum: int, frame: Any) -> None:
         self.retire = True
+
+    def _report_idle(self, why: str | None) -> None:
+        """Tell the parent this process is idle, once per connection, unless
+        ``why`` (or the request count) ends it. Sent just before the answer:
+        the answer starts the client's next call, and a parent that read that
+        call's "accepted" first would count one process busy too many and
+        fork a spare for nothing (the pool crept from 10 to 13 processes
+        under 8-way churn)."""
+        if self.idle_reported or why is not None or self.calls >= self.max_requests:
+            return
+        self.idle_reported = True
+        with contextlib.suppress(OSError):
+            self.info_w.send(_REPORT_IDLE)
+
+    def _answer(self, conn: socket.socket, status: int, exit_code: int, out: bytes) -> None:
+        """`_reply` for a connection after which this process serves again."""
+        self._report_idle(None)
+        _reply(conn, status, exit_code, out)
 
     def _accept(self, poll: select.epoll, wake_r: int) -> socket.socket | None:
         """Wait for a connection (None: the worker is stopping, or retires
@@ -973,7 +989,7 @@ class WorkerChild:
             if uid != 0:
                 _log(self.log, "", f"refused a client with uid {uid}: only root is served")
                 self._not_served("refused")
-                _reply(conn, ST_REFUSED, 0, b"only root may use the cni-skel worker")
+                self._answer(conn, ST_REFUSED, 0, b"only root may use the cni-skel worker")
                 return None
             try:
                 version, fields, fds = _read_request(conn, deadline)
@@ -982,7 +998,7 @@ class WorkerChild:
                         f"{version_range()}, not {exc}")
                 _log(self.log, "", f"refused a request: {text}")
                 self._not_served("protocol")
-                _reply(conn, ST_VERSION, 0, text.encode())
+                self._answer(conn, ST_VERSION, 0, text.encode())
                 return None
             except _TooLarge as exc:
                 _log(self.log, "", f"refused a request of {exc} bytes: over the limit")
@@ -990,12 +1006,12 @@ class WorkerChild:
                 err = CNIError(ERR_IO_FAILURE, f"request of {exc} bytes exceeds the cni-skel "
                                f"worker's limit of {MAX_REQUEST_BYTES} bytes")
                 out, code = error_answer(err, None)
-                _reply(conn, ST_DONE, code, out)
+                self._answer(conn, ST_DONE, code, out)
                 return None
             except (OSError, ValueError) as exc:
                 _log(self.log, "", f"bad request: {type(exc).__name__}: {exc}")
                 self._not_served("bad-request")
-                _reply(conn, ST_BAD, 0, str(exc).encode())
+                self._answer(conn, ST_BAD, 0, str(exc).encode())
                 return None
             try:
                 return self._serve_request(conn, fields, fds, peer_pid, version)
@@ -1006,6 +1022,7 @@ class WorkerChild:
                        peer_pid: int = 0, version: int = PROTOCOL_VERSION) -> str | None:
         kind = fields[0]
         if kind == KIND_PING:
+            self._report_idle(None)
             conn.sendall(encode_reply(ST_PONG, 0, json.dumps(self.about).encode()))
             return None
         try:
@@ -1023,7 +1040,7 @@ class WorkerChild:
         except (ValueError, UnicodeDecodeError) as exc:
             _log(self.log, "", f"bad request: {exc}")
             self._not_served("bad-request")
-            _reply(conn, ST_BAD, 0, str(exc).encode())
+            self._answer(conn, ST_BAD, 0, str(exc).encode())
             return None
         start = time.monotonic()
         env = dict(item.split(b"=", 1) for item in env_b.split(b"\0") if b"=" in item)
@@ -1047,13 +1064,13 @@ class WorkerChild:
         except _Refused as exc:
             why = f"{exc}; the launcher falls back by its install (one-shot or code 11)"
             line.write("refused", why)
-            _reply(conn, ST_REFUSED, 0, why.encode())
+            self._answer(conn, ST_REFUSED, 0, why.encode())
             return None
         if plugin is None:
             why = (f"plugin {ref[:_FIELD_MAX]!r} is not served by this worker (serving: "
                    f"{', '.join(sorted(self.plugins)) or 'none'}; add it with --preload)")
             line.write("unknown-plugin", why)
-            _reply(conn, ST_UNKNOWN, 0, why.encode())
+            self._answer(conn, ST_UNKNOWN, 0, why.encode())
             return None
 
         _enter_namespaces(fds, self.mount_namespace)
@@ -1064,7 +1081,7 @@ class WorkerChild:
                 _drop_caps(target, own)
             except OSError as exc:  # nothing ran yet: the launcher falls back
                 line.write("refused", f"cannot take the launcher's capabilities ({exc})")
-                _reply(conn, ST_REFUSED, 0, str(exc).encode())
+                _reply(conn, ST_REFUSED, 0, str(exc).encode())  # no idle report: it ends
                 return "could not take the caller's capabilities"
             dirty = "ran with the caller's smaller capability sets"
         if len(fds) > 3 and netns:
@@ -1083,6 +1100,7 @@ class WorkerChild:
         if code != 0 and _error_of(out)[0] == ERR_INTERNAL:
             dirty = dirty or "answered error 999"
         line.write("answered", "", out, code)  # before the answer: the log is never behind
+        self._report_idle(dirty)
         try:
             conn.sendall(encode_reply(ST_DONE, code, out))
         except OSError as exc:
