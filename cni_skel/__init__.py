@@ -14,6 +14,10 @@ imports only what it needs; ``from cni_skel import Plugin`` costs the stdlib.
     ipam_add, delegate_*,            IPAM delegation and how plugins are run
     Exec, SubprocessExec             (cni_skel.invoke; Go's invoke.Exec)
     Link                             a link as the kernel reports it (cni_skel.netlink)
+    setup_veth                       a pod's veth pair (cni_skel.veth; Go's ip.SetupVeth)
+    enable_forward                   IP forwarding on (cni_skel.sysctl; Go's ip.EnableForward)
+    setup_ip_masq, teardown_ip_masq, masquerade per network, flat per pod
+    gc_ip_masq, check_ip_masq        (cni_skel.masq; Go's ip.SetupIPMasq/TeardownIPMasq)
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ _EXPORTS = {
     "delegate_del": "invoke", "delegate_status": "invoke", "delegate_gc": "invoke",
     "Exec": "invoke", "SubprocessExec": "invoke",
     "Link": "netlink",
+    "setup_veth": "veth", "enable_forward": "sysctl",
+    "setup_ip_masq": "masq", "teardown_ip_masq": "masq", "gc_ip_masq": "masq",
+    "check_ip_masq": "masq",
     "ALL_VERSIONS": "version", "CURRENT_VERSION": "version",
 }
 
