@@ -87,10 +87,14 @@ def test_ptp_is_lint_clean_as_a_third_party_project():
 
 
 @pytest.fixture
-def ptp(tmp_path):
-    """Our ptp, and cni-skel's host-local beside it (GC needs 1.1.0)."""
-    install_plugin(tmp_path / "bin", "host-local", "cni_skel_plugins.host_local:HostLocal")
-    return install_plugin(tmp_path / "bin", "ptp", "cni_ptp:Ptp", pythonpath=[str(EXAMPLE)])
+def ptp(tmp_path, cni_worker_socket):
+    """Our ptp, and cni-skel's host-local beside it (GC needs 1.1.0), in
+    each mode (warm: served by the suite worker, which loads cni_ptp)."""
+    bin_dir = tmp_path / "bin"
+    install_plugin(bin_dir, "host-local", "cni_skel_plugins.host_local:HostLocal",
+                   worker_socket=cni_worker_socket)
+    return install_plugin(bin_dir, "ptp", "cni_ptp:Ptp", pythonpath=[str(EXAMPLE)],
+                          worker_socket=cni_worker_socket)
 
 
 def _conf(tmp_path, subnet="10.48.0.0/24", **extra):
