@@ -10,6 +10,7 @@ import io
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import tokenize
@@ -53,6 +54,14 @@ def test_counter_counts_code_only():
 def test_ptp_fits_the_budget():
     n = code_lines(PLUGIN_PY.read_text())
     assert n <= MAX_CODE_LINES, f"{PLUGIN_PY} has {n} code lines"
+
+
+def test_docs_state_its_size():
+    n = code_lines(PLUGIN_PY.read_text())
+    for doc in (EXAMPLE.parent.parent / "docs" / "tutorial.md",
+                EXAMPLE.parent.parent / "README.md"):
+        stated = re.findall(r"(\d+) lines of code", doc.read_text())
+        assert stated and set(stated) == {str(n)}, (doc.name, stated, n)
 
 
 def test_ptp_imports_only_public_names():
