@@ -3,9 +3,10 @@
 What every veth-based plugin does first (bridge, ptp, ...): a host end with a
 fresh random name, a container end ``CNI_IFNAME`` inside the pod, both up,
 the host end taking no IPv6 router advertisements (the plugin owns its
-routes). Built on `cni_skel.netlink.create_veth_pair`; the container end is
-created directly in the pod's namespace (Go creates it there and moves the
-host end out: the same final state, one request fewer).
+routes). Built on `cni_skel.netlink.create_veth_pair`: one request from the
+node's namespace creates the container end directly in the pod's (Go sends
+it from inside the pod's namespace, placing the host end in the node's: the
+same final state, with no thread entering the pod).
 
 Source: Go ``pkg/ip/link_linux.go`` ``SetupVeth`` / ``SetupVethWithName`` /
 ``RandomVethName`` (containernetworking/plugins 1.1.1).
