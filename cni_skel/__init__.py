@@ -14,6 +14,10 @@ imports only what it needs; ``from cni_skel import Plugin`` costs the stdlib.
     ipam_add, delegate_*,            IPAM delegation and how plugins are run
     Exec, SubprocessExec             (cni_skel.invoke; Go's invoke.Exec)
     Link                             a link as the kernel reports it (cni_skel.netlink)
+    setup_veth                       a pod's veth pair (cni_skel.veth; Go's ip.SetupVeth)
+    enable_forward                   IP forwarding on (cni_skel.sysctl; Go's ip.EnableForward)
+    setup_ip_masq, teardown_ip_masq, masquerade per network, flat per pod
+    gc_ip_masq, check_ip_masq        (cni_skel.masq; Go's ip.SetupIPMasq/TeardownIPMasq)
 
 Each name's own help says more (``help(cni_skel.Plugin)``); docs/tutorial.md
 walks through a plugin, and ``make docs`` builds the API reference.
@@ -48,11 +52,16 @@ if TYPE_CHECKING:
     from .invoke import delegate_gc as delegate_gc
     from .invoke import delegate_status as delegate_status
     from .invoke import ipam_add as ipam_add
+    from .masq import check_ip_masq as check_ip_masq
+    from .masq import gc_ip_masq as gc_ip_masq
+    from .masq import setup_ip_masq as setup_ip_masq
+    from .masq import teardown_ip_masq as teardown_ip_masq
     from .netlink import Link as Link
     from .netns import NetNS as NetNS
     from .netns import open_netns as open_netns
     from .skel import Plugin as Plugin
     from .skel import dispatch as dispatch
+    from .sysctl import enable_forward as enable_forward
     from .types import DNS as DNS
     from .types import Interface as Interface
     from .types import IPConfig as IPConfig
@@ -61,6 +70,7 @@ if TYPE_CHECKING:
     from .types import parse_result as parse_result
     from .version import ALL_VERSIONS as ALL_VERSIONS
     from .version import CURRENT_VERSION as CURRENT_VERSION
+    from .veth import setup_veth as setup_veth
 del TYPE_CHECKING
 
 __version__ = "0.1.0"
@@ -78,6 +88,9 @@ _EXPORTS = {
     "delegate_del": "invoke", "delegate_status": "invoke", "delegate_gc": "invoke",
     "Exec": "invoke", "SubprocessExec": "invoke",
     "Link": "netlink",
+    "setup_veth": "veth", "enable_forward": "sysctl",
+    "setup_ip_masq": "masq", "teardown_ip_masq": "masq", "gc_ip_masq": "masq",
+    "check_ip_masq": "masq",
     "ALL_VERSIONS": "version", "CURRENT_VERSION": "version",
 }
 

@@ -227,6 +227,37 @@ class Nft:
             return []
         return [o for o in out.get("nftables", ()) if "metainfo" not in o]
 
+    def apply(self, commands: Iterable[dict[str, Any]], layouts: Iterable[list[dict]], *,
+              what: str = "nftables") -> None:
+        """Run ``commands`` (element adds, typically) as one transaction;
+        when that fails because a table, chain or set is missing (ENOENT),
+        run each of ``layouts`` in a transaction of its own (EEXIST: another
+        caller made it first, fine) and ``commands`` again. So the common
+        case costs one transaction, and concurrent first callers never
+        create a layout twice (each layout holds a ``create`` that fails
+        with EEXIST when it is there). Nothing to run: nothing done.
+
+        Raises:
+            NftError: 999 starting with ``what``; the failed transaction
+                applied nothing.
+        """
+        cmds = list(commands)
+        if not cmds:
+            return
+        try:
+            self.run(cmds, what=what)
+            return
+        except NftError as e:
+            if e.errno != errno.ENOENT:
+                raise
+        for layout in layouts:
+            try:
+                self.run(layout, what=what)
+            except NftError as e:
+                if e.errno != errno.EEXIST:
+                    raise
+        self.run(cmds, what=what)
+
     def text_cmd(self, command: str) -> tuple[int, str, str]:
         """Run one command written as ``nft`` text, in a plain-output
         context of its own: only for text a user gave (portmap's

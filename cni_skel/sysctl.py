@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Iterable
+from typing import Any
 
 from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, CNIError
 
-__all__ = ["PROC_SYS", "read_sysctl", "sysctl_path", "write_sysctl"]
+__all__ = ["PROC_SYS", "enable_forward", "read_sysctl", "sysctl_path", "write_sysctl"]
 
 PROC_SYS = "/proc/sys"
 
@@ -139,3 +141,33 @@ def write_sysctl(key: str, value: str) -> None:
             ERR_INTERNAL,
             f'failed to write sysctl "{key}": short write ({written} of {len(data)} bytes)',
         )
+
+
+FORWARD_KEYS = {4: "net/ipv4/ip_forward", 6: "net/ipv6/conf/all/forwarding"}
+
+
+def _version(item: Any) -> int:
+    if isinstance(item, int):
+        return item
+    address = getattr(item, "address", item)  # an IPConfig carries its address
+    return int(address.version)
+
+
+def enable_forward(ips: Iterable[Any]) -> None:
+    """Turn on forwarding for each IP family present in ``ips``
+    (``net.ipv4.ip_forward``, ``net.ipv6.conf.all.forwarding``), in this
+    thread's netns: Go ``ip.EnableForward``. Items: a result's ``ips``
+    (`cni_skel.types.IPConfig`), :mod:`ipaddress` addresses / interfaces /
+    networks, or the versions 4 and 6. A knob already ``1`` is not written.
+
+    Raises:
+        CNIError: 999 naming the key when it can not be read or written
+            (e.g. IPv6 disabled at boot: no such file); 7 for an item of
+            another version than 4 or 6.
+    """
+    for version in sorted({_version(item) for item in ips}):
+        key = FORWARD_KEYS.get(version)
+        if key is None:
+            raise CNIError(ERR_INVALID_NETWORK_CONFIG, f"no IP version {version} to forward")
+        if read_sysctl(key) != "1":
+            write_sysctl(key, "1")

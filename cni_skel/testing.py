@@ -10,6 +10,9 @@ one JSON document out) inside throw-away network namespaces:
         result = run_plugin(exe, "ADD", {"cniVersion": "1.1.0", "name": "n",
                             "type": "my-plugin"}, netns=pod.path, node=node)
 
+Assert on what the kernel holds: ``icmp_ping`` (ICMP echo from inside a
+namespace, bounded), ``nft_table`` (an nftables table listed in one).
+
 Fixtures: ``netns_factory`` (make named namespaces, removed at teardown),
 ``node_netns`` and ``pod_netns`` (one each). All of them need root; without
 it they skip.
@@ -27,7 +30,9 @@ from .harness import (
     PluginRun,
     TestNetNS,
     create_netns,
+    icmp_ping,
     install_plugin,
+    nft_table,
     remove_netns,
     run_plugin,
     run_plugin_raw,
@@ -37,8 +42,10 @@ __all__ = [
     "PluginRun",
     "TestNetNS",
     "create_netns",
+    "icmp_ping",
     "install_plugin",
     "netns_factory",
+    "nft_table",
     "node_netns",
     "pod_netns",
     "remove_netns",

@@ -42,12 +42,14 @@ HERE = pathlib.Path(__file__).parent
 VECTORS = HERE / "vectors" / "go-reference-1.1.1"
 THIRDPARTY = HERE / "thirdparty"
 README = HERE.parent / "README.md"
-#: The suite's own third-party plugins (importable from HERE) and the
-#: README's example (`write_readme_example`): the suite worker serves them
+#: The suite's own third-party plugins (importable from HERE), the README's
+#: example (`write_readme_example`) and examples/ptp: the suite worker serves them
 #: too, since a worker serves only the plugins it was started with.
 SUITE_PLUGINS = ("thirdparty.probe:Probe", "thirdparty.fakeipam:FakeIPAMPlugin",
                  "thirdparty.failafteripam:FailAfterIPAM", "thirdparty.argsplugin:ArgsEcho",
-                 "worker_plugins.probe:WorkerProbe", "veth_ipam:VethPlugin")
+                 "worker_plugins.probe:WorkerProbe", "veth_ipam:VethPlugin", "cni_ptp:Ptp")
+#: examples/ptp (package cni_ptp), on the suite worker's path.
+PTP_EXAMPLE = HERE.parent / "examples" / "ptp"
 GO_CNI_DIR = "/usr/lib/cni"  # Debian's containernetworking-plugins
 
 MODES_ENV = "CNI_SKEL_TEST_MODES"
@@ -215,7 +217,8 @@ def cni_worker(request: pytest.FixtureRequest,
     try:
         # Started as the default install starts it: socket-activated by its unit.
         worker = SuiteWorker(os.path.join(sock_dir, "worker.sock"), log_path,
-                             preload=SUITE_PLUGINS, pythonpath=(str(HERE), str(example.parent)),
+                             preload=SUITE_PLUGINS,
+                             pythonpath=(str(HERE), str(example.parent), str(PTP_EXAMPLE)),
                              activated=True)
         try:
             yield worker

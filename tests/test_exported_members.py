@@ -16,9 +16,10 @@ import cni_skel
 PUBLIC = [
     "ALL_VERSIONS", "CNIArgs", "CNIError", "CURRENT_VERSION", "CmdArgs", "DNS", "Exec",
     "GCAttachment", "IPAMConf", "IPConfig", "Interface", "K8sArgs", "Link", "NetConf", "NetNS",
-    "Plugin", "Result", "Rollback", "Route", "SubprocessExec", "delegate_add", "delegate_check",
-    "delegate_del", "delegate_gc", "delegate_status", "dispatch", "ipam_add", "load_args",
-    "open_netns", "parse_result", "rollback",
+    "Plugin", "Result", "Rollback", "Route", "SubprocessExec", "check_ip_masq", "delegate_add",
+    "delegate_check", "delegate_del", "delegate_gc", "delegate_status", "dispatch",
+    "enable_forward", "gc_ip_masq", "ipam_add", "load_args", "open_netns", "parse_result",
+    "rollback", "setup_ip_masq", "setup_veth", "teardown_ip_masq",
 ]
 
 

@@ -13,10 +13,11 @@ import threading
 import nftables
 import pytest
 from cni_skel_plugins.bridge import Bridge
-from cni_skel_plugins.bridge.rules import Masquerade, SpoofCheck
+from cni_skel_plugins.bridge.rules import SpoofCheck, masquerade
 from cni_skel_plugins.portmap.layout import group_id
 
 from cni_skel.errors import ERR_PLUGIN_NOT_AVAILABLE
+from cni_skel.masq import Masquerade
 from cni_skel.netns import NetNS
 from cni_skel.nft import (
     COMMENT_MAX,
@@ -58,9 +59,15 @@ def test_network_tag_keeps_each_plugins_names_in_the_kernel():
 
 def test_plugins_name_their_objects_as_before():
     assert group_id("dbnet", [], []) == "ndee66907ce05_a6830960"
-    masq, spoof = Masquerade("dbnet", nft=object()), SpoofCheck("dbnet", nft=object())
+    masq, spoof = masquerade("dbnet", nft=object()), SpoofCheck("dbnet", nft=object())
     assert masq.id == spoof.id == "n_dee66907ce05048a"
     assert masq.set_names(4) == ("n_dee66907ce05048a_pods4", "n_dee66907ce05048a_local4")
+    assert masq.table == "cni_skel_bridge"          # the bridge keeps its table
+    assert {c["add"]["table"]["name"] for c in masq.layout() if "table" in c.get("add", {})} \
+        == {"cni_skel_bridge"}
+    # the SDK's (cni_skel.masq) is the same layout in its own table by default
+    sdk = Masquerade("dbnet", nft=object())
+    assert (sdk.id, sdk.table) == (masq.id, "cni_skel_masq")
 
 
 def _in(ns, fn):

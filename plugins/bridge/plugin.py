@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import ipaddress
-import os
 from typing import Any
 
 from cni_skel import netlink
@@ -18,15 +17,14 @@ from cni_skel.nft import Nft, NftError, attachment_tag, nft_status, table_state
 from cni_skel.rollback import rollback
 from cni_skel.rtnl import Rtnl
 from cni_skel.skel import Plugin
-from cni_skel.sysctl import write_sysctl
+from cni_skel.sysctl import enable_forward, write_sysctl
 from cni_skel.types import Interface, Result, Route, check_expressible
+from cni_skel.veth import VETH_TRIES, random_veth_name, setup_veth
 
 from .config import BridgeArgs, BridgeConf
-from .rules import MASQ_FAMILY, SPOOF_FAMILY, TABLE, Masquerade, SpoofCheck, apply
+from .rules import MASQ_FAMILY, SPOOF_FAMILY, TABLE, SpoofCheck, masquerade
 
 __all__ = ["Bridge"]
-
-VETH_TRIES = 8  # fresh random host-side names before giving up
 
 
 def _sysctl_quiet(key: str, value: str) -> None:
@@ -39,24 +37,6 @@ def _container_mac(args: CmdArgs, conf: BridgeConf) -> str | None:
     # Go's precedence: CNI_ARGS MAC < args.cni.mac < runtimeConfig.mac.
     env_mac = getattr(args.typed_args, "mac", None)
     return conf.mac or env_mac
-
-
-def _create_veth(ipr: Rtnl, cipr: Rtnl, netns: NetNS, ifname: str, mtu: int,
-                 mac: str | None, bridge: netlink.Link) -> tuple[netlink.Link, netlink.Link]:
-    """Host end ``veth<8 hex>`` here, already a port of ``bridge``; container
-    end ``ifname`` directly in ``netns`` (it never appears in the host
-    namespace), read through ``cipr``. One creation request, one read."""
-    for _ in range(VETH_TRIES):
-        host_name = "veth" + os.urandom(4).hex()
-        try:
-            return netlink.create_veth_pair(ipr, host_name, ifname, peer_netns=netns,
-                                            mtu=mtu or None, peer_mac=mac, master=bridge,
-                                            peer_ipr=cipr)
-        except netlink.LinkExists as e:
-            if e.name != host_name:
-                raise CNIError(ERR_INTERNAL, f'container interface "{ifname}" already '
-                                             f"exists in {netns.path}") from e
-    raise CNIError(ERR_INTERNAL, "failed to find a unique veth name")
 
 
 def _setup_port(ipr: Rtnl, port: netlink.Link | str, bridge: netlink.Link, conf: BridgeConf,
@@ -138,7 +118,7 @@ def _ensure_vlan_gateway(ipr: Rtnl, bridge: netlink.Link, conf: BridgeConf) -> n
     if link is not None:
         return link
     for _ in range(VETH_TRIES):
-        peer = "veth" + os.urandom(4).hex()
+        peer = random_veth_name()
         try:
             link, _ = netlink.create_veth_pair(ipr, name, peer, mtu=bridge.mtu)
             break
@@ -169,11 +149,6 @@ def _configure_container(netns: NetNS, cipr: Rtnl, cont: netlink.Link, result: R
     configure_iface(netns, cont, result, ipr=cipr)
 
 
-def _enable_forwarding(family: int) -> None:
-    key = "net/ipv4/ip_forward" if family == 4 else "net/ipv6/conf/all/forwarding"
-    write_sysctl(key, "1")
-
-
 def _entries(conf: BridgeConf, nft: Nft, tags: set[str] | None = None, *,
              keep: set[str] | None = None,
              port_gone: Any = None) -> list[dict]:
@@ -183,7 +158,7 @@ def _entries(conf: BridgeConf, nft: Nft, tags: set[str] | None = None, *,
     versions shared, and ``port_gone``)."""
     cmds: list[dict] = []
     if conf.ip_masq:
-        cmds += Masquerade(conf.name, nft).entries(tags, keep=keep)
+        cmds += masquerade(conf.name, nft).entries(tags, keep=keep)
     if conf.macspoofchk:
         cmds += SpoofCheck(conf.name, nft).entries(tags, keep=keep, port_gone=port_gone)
     return cmds
@@ -224,7 +199,7 @@ def _setup_gateways(ipr: Rtnl, bridge: netlink.Link, conf: BridgeConf, result: R
         for gw in addrs:
             pinned = _ensure_gateway_addr(ipr, target, gw, conf.force_address) or pinned
         if addrs:
-            _enable_forwarding(family)
+            enable_forward([family])
     return None if conf.vlan else pinned
 
 
@@ -296,8 +271,10 @@ class Bridge(Plugin):
         with NetNS.open(args.netns) as netns, Rtnl() as ipr, netns.rtnl() as cipr, \
                 rollback(self.name) as undo:
             bridge = _ensure_bridge(ipr, conf)
-            host, cont = _create_veth(ipr, cipr, netns, args.ifname, conf.mtu,
-                                      _container_mac(args, conf), bridge)
+            # Down: _setup_port sets the port flags and IFF_UP in one request.
+            host, cont = setup_veth(ipr, netns, args.ifname, mtu=conf.mtu or None,
+                                    mac=_container_mac(args, conf), master=bridge, up=False,
+                                    peer_ipr=cipr)
             undo.callback(f"deleting {host.name}", netlink.delete_link, ipr, host)
             _setup_port(ipr, host, bridge, conf, conf.vlan, enslave=False)
             result = Result(cni_version=conf.cni_version, interfaces=[
@@ -327,14 +304,14 @@ class Bridge(Plugin):
                 if conf.is_gateway:
                     pinned = _setup_gateways(ipr, bridge, conf, result, gws)
                 if conf.ip_masq:
-                    masq = Masquerade(conf.name, nft)
+                    masq = masquerade(conf.name, nft)
                     elements += masq.elements([ipc.address for ipc in result.ips], tag)
                     layouts.append(masq.layout())
             elif not conf.disable_container_interface:
                 netlink.link_up(cipr, cont)
 
             if nft is not None and elements:
-                apply(nft, elements, layouts, what=f"bridge {conf.bridge}")
+                nft.apply(elements, layouts, what=f"bridge {conf.bridge}")
                 undo.callback("removing nftables entries", _remove_entries, conf, nft, tag,
                               "bridge rollback")
             # Wait for the port to forward, then read back the MACs the
@@ -440,7 +417,7 @@ class Bridge(Plugin):
         problems: list[str] = []
         tag = attachment_tag(args.container_id, args.ifname)
         if conf.ip_masq and conf.layer3:
-            problems += Masquerade(conf.name).missing([ipc.address for ipc in prev.ips], tag)
+            problems += masquerade(conf.name).missing([ipc.address for ipc in prev.ips], tag)
         if conf.macspoofchk:
             problems += SpoofCheck(conf.name).missing(host.name, cont.mac, tag)
         if problems:

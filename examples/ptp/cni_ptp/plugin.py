@@ -1,0 +1,148 @@
+"""CNI plugin ``ptp``: a veth pair between node and pod, routed (no bridge).
+
+Go's ptp (containernetworking/plugins 1.1.1) on cni-skel's public API. The pod
+end gets the IPAM addresses and reaches everything, its own subnet included,
+through the gateway, which lives as a /32 (/128) on the host end; the host
+routes each pod address to its veth. Config: ``ipam`` (required), ``mtu``
+(bytes, 0: the kernel's), ``ipMasq``, ``dns`` (wins over IPAM's).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from cni_skel import CmdArgs, CNIError, Interface, IPAMConf, NetConf, Plugin, Result, netlink
+from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG
+from cni_skel.invoke import delegate_check, delegate_del, ipam_add
+from cni_skel.ipam import check_interface_ips, check_routes, configure_iface
+from cni_skel.masq import check_ip_masq, gc_ip_masq, setup_ip_masq, teardown_ip_masq
+from cni_skel.netns import NetNS, open_netns
+from cni_skel.nft import nft_status
+from cni_skel.rollback import rollback
+from cni_skel.rtnl import Rtnl
+from cni_skel.sysctl import enable_forward
+from cni_skel.tags import attachment_tag
+from cni_skel.veth import setup_veth
+from pydantic import Field
+
+__all__ = ["Ptp", "PtpConf"]
+
+
+class PtpConf(NetConf):
+    """NetConf (cniVersion, name, dns, ...) with ``ipam`` required, plus
+    ``mtu`` (bytes, >= 0) and ``ipMasq``; a bad value is code 7 naming it."""
+
+    ipam: IPAMConf
+    mtu: int = Field(0, ge=0, le=65535)
+    ip_masq: bool = Field(False, alias="ipMasq")
+
+
+def _host_net(ip) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    return ipaddress.ip_network(ip)  # an address alone: /32 or /128
+
+
+def _route_pod(cipr, cont: netlink.Link, ipc) -> None:
+    """Go's trick: veth has no point-to-point mode, so the subnet's route
+    goes via the gateway and only the gateway is on-link."""
+    netlink.del_route(cipr, ipc.address.network, dev=cont)
+    netlink.add_route(cipr, _host_net(ipc.gateway), dev=cont, scope="link", src=ipc.address.ip)
+    netlink.add_route(cipr, ipc.address.network, gw=ipc.gateway, dev=cont, src=ipc.address.ip)
+
+
+class Ptp(Plugin):
+    """ptp: ADD, DEL, CHECK as Go's ptp; GC and STATUS pass to IPAM, then
+    look at masquerade (cni_skel.masq) when ``ipMasq`` is set."""
+
+    name = "ptp"
+    config_model = PtpConf
+
+    def add(self, args: CmdArgs, conf: PtpConf) -> Result:
+        """IPAM ADD, forwarding on, the veth pair, pod addresses and routes,
+        host address and routes, masquerade. Any failure undoes it all.
+
+        Raises:
+            CNIError: 999 when IPAM gives no IP or an IP without a gateway,
+                or a step fails; IPAM's error.
+        """
+        tag = attachment_tag(args.container_id, args.ifname)
+        with NetNS.open(args.netns) as pod, Rtnl() as ipr, pod.rtnl() as cipr, \
+                rollback(self.name) as undo:
+            result = ipam_add(undo, conf.ipam.type, args.stdin_data, args)
+            if not result.ips:
+                raise CNIError(ERR_INTERNAL, "IPAM plugin returned missing IP config")
+            if any(ipc.gateway is None for ipc in result.ips):
+                raise CNIError(ERR_INTERNAL, "ptp routes through the gateway: IPAM gave none")
+            enable_forward(result.ips)
+            host, cont = setup_veth(ipr, pod, args.ifname, mtu=conf.mtu or None, peer_ipr=cipr)
+            undo.callback(f"deleting {host.name}", netlink.delete_link, ipr, host)
+            result.interfaces = [Interface(name=host.name, mac=host.mac),
+                                 Interface(name=args.ifname, mac=cont.mac, sandbox=args.netns)]
+            for ipc in result.ips:
+                ipc.interface = 1
+            configure_iface(pod, cont, result, ipr=cipr)
+            for ipc in result.ips:
+                _route_pod(cipr, cont, ipc)
+                netlink.add_address(ipr, host, ipaddress.ip_interface(_host_net(ipc.gateway)))
+                netlink.add_route(ipr, _host_net(ipc.address.ip), dev=host)
+            if conf.ip_masq:
+                setup_ip_masq(conf.name, tag, [ipc.address for ipc in result.ips])
+                undo.callback("removing masquerade", teardown_ip_masq, conf.name, tag)
+        if conf.dns is not None and not conf.dns.is_empty():
+            result.dns = conf.dns
+        return result
+
+    def delete(self, args: CmdArgs, conf: PtpConf) -> None:
+        """IPAM DEL, the pod's veth (the host end goes with it), masquerade
+        by the attachment's tag. Repeatable; a gone netns is fine."""
+        delegate_del(conf.ipam.type, args.stdin_data, args)
+        if pod := open_netns(args.netns, missing_ok=True):
+            with pod, pod.rtnl() as cipr:
+                netlink.delete_link(cipr, args.ifname)
+        if conf.ip_masq:
+            teardown_ip_masq(conf.name, attachment_tag(args.container_id, args.ifname))
+
+    def check(self, args: CmdArgs, conf: PtpConf) -> None:
+        """IPAM CHECK, then prevResult's veth, MAC, IPs and routes in the pod,
+        and the masquerade entries.
+
+        Raises:
+            CNIError: 7 without prevResult; 999 naming what differs.
+        """
+        delegate_check(conf.ipam.type, args.stdin_data, args)
+        prev = conf.prev_result
+        if prev is None:
+            raise CNIError(ERR_INVALID_NETWORK_CONFIG, "ptp: Required prevResult missing")
+        want = next((i for i in prev.interfaces
+                     if i.name == args.ifname and i.sandbox == args.netns), None)
+        if want is None:
+            raise CNIError(ERR_INTERNAL, f"Sandbox in prevResult doesn't match configured "
+                                         f"netns: {args.netns}")
+        with NetNS.open(args.netns) as pod, pod.rtnl() as cipr:
+            link = netlink.find_link(cipr, args.ifname)
+            if link is None or link.kind != "veth":
+                raise CNIError(ERR_INTERNAL, f"ptp: Container Interface name in prevResult: "
+                                             f"{args.ifname} not found")
+            if want.mac and want.mac != link.mac:
+                raise CNIError(ERR_INTERNAL, f"ptp: Interface {args.ifname} Mac {want.mac} "
+                                             f"doesn't match container Mac: {link.mac}")
+            check_interface_ips(cipr, link, prev.ips)
+            check_routes(cipr, prev.routes)
+        if conf.ip_masq:
+            check_ip_masq(conf.name, attachment_tag(args.container_id, args.ifname),
+                          [ipc.address for ipc in prev.ips])
+
+    def gc(self, args: CmdArgs, conf: PtpConf) -> None:
+        """IPAM GC, then masquerade of attachments not in the valid list."""
+        super().gc(args, conf)
+        if conf.ip_masq:
+            gc_ip_masq(conf.name, conf.gc_keep_tags())
+
+    def status(self, args: CmdArgs, conf: PtpConf) -> None:
+        """IPAM STATUS; 50 when ``ipMasq`` needs nftables and it is unusable."""
+        super().status(args, conf)
+        if conf.ip_masq:
+            nft_status()
+
+
+if __name__ == "__main__":
+    Ptp.main()
