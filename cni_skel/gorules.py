@@ -96,9 +96,17 @@ def go_quote(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
+_UNESCAPES = {v[1]: k for k, v in _ESCAPES.items()}
+
+
 def _go_unquote(quoted: str) -> str:
-    # Only what go_quote writes for the IDs runtimes use: \" and \\.
-    return re.sub(r"\\(.)", r"\1", quoted)
+    # The inverse of go_quote (without the quotes).
+    def one(m: re.Match[str]) -> str:
+        text = m.group(0)
+        if text[1] in "xuU":
+            return chr(int(text[2:], 16))
+        return _UNESCAPES.get(text[1], text[1])
+    return re.sub(r"\\(x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8}|.)", one, quoted)
 
 
 def owner_comment(network: str, container_id: str, prefix: str = "") -> str:

@@ -319,15 +319,19 @@ class Bridge(Plugin):
     DEL: the container interface (when the netns and it exist), IPAM DEL
     (always), this attachment's nftables entries found by its tag (so it
     works with an empty CNI_NETNS and no prevResult; upstream leaks its
-    masquerade rules there). Never deletes the bridge. Repeatable.
+    masquerade rules there), and the rules and chains Go's bridge made for
+    the container (a pod created before the switch, `cni_skel.gorules`).
+    Never deletes the bridge. Repeatable.
 
     CHECK (0.4.0+): IPAM CHECK, then as upstream: bridge present with
     prevResult's MAC and the configured promiscuity, container veth with
     prevResult's MAC, IPs and routes, host veth its peer on the bridge, and
-    the nftables entries present. 7 without prevResult.
+    the nftables entries present (for a pod Go's bridge made: Go's
+    masquerade and spoof-check rules instead). 7 without prevResult.
 
     GC (1.1.0): IPAM GC, then nftables entries of attachments not in
-    ``cni.dev/valid-attachments``. STATUS (1.1.0): IPAM STATUS; 50 when
+    ``cni.dev/valid-attachments``, Go's masquerade rules of this network's
+    containers not in it included. STATUS (1.1.0): IPAM STATUS; 50 when
     nftables is needed (ipMasq/macspoofchk) and not usable.
     """
 

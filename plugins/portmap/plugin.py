@@ -560,20 +560,25 @@ class PortMap(Plugin):
     Stale UDP conntrack entries to the host ports are then deleted (failures
     logged, as Go). No mappings, or no address: prevResult passed through.
     Errors: 7 when a (hostIP, protocol, hostPort) is already mapped by
-    another attachment, in any network (Go: last writer wins), or twice in
+    another attachment, in any network (Go: last writer wins), or held by
+    a Go portmap DNAT rule of another container (message: port, holder
+    container and network), or twice in
     the request to different container ports; 7/2 for config errors (see
     the config module); nothing is applied on any error.
 
     CHECK: every mapping of the container is present, tagged with this
-    attachment and pointing at its address and port (999 otherwise; 7
-    without prevResult). DEL: removes every entry tagged with this attachment
+    attachment and pointing at its address and port, or held by Go's
+    portmap for this container (a pod made before the switch) (999
+    otherwise; 7 without prevResult). DEL: removes Go portmap's DNAT jump
+    and chain of the container, and every entry tagged with this attachment
     (``containerID/ifname``), with or without portMappings and prevResult (Go
     does nothing without portMappings), in one transaction; nothing to remove
     commits nothing. ADD keeps a record of each attachment in the table, so
     CHECK and DEL read only their own elements: their cost does not grow
     with the number of pods. GC (1.1.0): removes this
     network's entries of attachments not in ``cni.dev/valid-attachments``
-    (7 without the list), and this network's DNAT chains left empty by a
+    (7 without the list), Go portmap's of this network's containers not in
+    it, and this network's DNAT chains left empty by a
     change of conditions. STATUS (1.1.0): 50 when nftables can not be used.
     """
 
