@@ -75,6 +75,7 @@ __all__ = [
     "network_tag",
     "nft_status",
     "release_contexts",
+    "rule_comments",
     "table_state",
 ]
 
@@ -429,7 +430,11 @@ def _netlink() -> SimpleNamespace:
     `lookup` / `generation`: a one-shot portmap ADD makes no point read and
     must not pay pyroute2's import (~100 ms). (Modules and constants only:
     nothing of a request is kept.)"""
-    from pyroute2.netlink import NETLINK_NETFILTER, NLM_F_REQUEST  # noqa: PLC0415 (see above)
+    from pyroute2.netlink import (  # noqa: PLC0415 (see above)
+        NETLINK_NETFILTER,
+        NLM_F_DUMP,
+        NLM_F_REQUEST,
+    )
     from pyroute2.netlink.exceptions import NetlinkError  # noqa: PLC0415
     from pyroute2.netlink.marshal import Marshal  # noqa: PLC0415
     from pyroute2.netlink.nfnetlink import NFNL_SUBSYS_NFTABLES, nftsocket  # noqa: PLC0415
@@ -440,6 +445,7 @@ def _netlink() -> SimpleNamespace:
     policy = {(NFNL_SUBSYS_NFTABLES << 8) | kind: cls
               for kind, cls in nftsocket.AsyncNFTSocket.policy.items()}
     return SimpleNamespace(NETLINK_NETFILTER=NETLINK_NETFILTER, NLM_F_REQUEST=NLM_F_REQUEST,
+                           NLM_F_DUMP=NLM_F_DUMP,
                            NetlinkError=NetlinkError, NFNL_SUBSYS_NFTABLES=NFNL_SUBSYS_NFTABLES,
                            n=nftsocket, Marshal=Marshal, NetlinkSocket=NetlinkSocket,
                            policy=policy)
@@ -525,7 +531,8 @@ def _element(query: GetElement, answer: Any) -> Element | None:
     return None
 
 
-def _exchange(family: str, messages: list[tuple[int, Any]]) -> list[tuple[list[Any], int]]:
+def _exchange(family: str, messages: list[tuple[int, Any]],
+              flags: int = 0) -> list[tuple[list[Any], int]]:
     """Send the requests on one nfnetlink socket, ``_BATCH`` per send, and
     collect each one's answer: (its messages, 0) or ([], errno). The answers
     stop after the first error other than ENOENT: nfnetlink answers a send
@@ -542,7 +549,7 @@ def _exchange(family: str, messages: list[tuple[int, Any]]) -> list[tuple[list[A
     requests = []
     for kind, msg in messages:
         msg["nfgen_family"] = nfproto
-        requests.append((msg, (nl.NFNL_SUBSYS_NFTABLES << 8) | kind, nl.NLM_F_REQUEST))
+        requests.append((msg, (nl.NFNL_SUBSYS_NFTABLES << 8) | kind, nl.NLM_F_REQUEST | flags))
     marshal = nl.Marshal()
     marshal.msg_map.update(nl.policy)
     try:
@@ -600,3 +607,73 @@ def generation() -> int:
         if gen is not None:
             return gen
     raise NftError("nftables generation: no NFTA_GEN_ID in the answer", None)
+
+
+def _xt_comment(expr: Any) -> str | None:
+    """The text of an xtables ``comment`` match (struct xt_comment_info: a
+    NUL-terminated string in NFTA_MATCH_INFO), None for any other expression."""
+    if expr.get_attr("NFTA_EXPR_NAME") != "match":
+        return None
+    data = expr.get_attr("NFTA_EXPR_DATA")
+    if data is None or data.get_attr("NFTA_MATCH_NAME") != "comment":
+        return None
+    info = data.get_attr("NFTA_MATCH_INFO")
+    if isinstance(info, str):  # pyroute2 decodes "hex" as "aa:bb:..."
+        info = bytes.fromhex(info.replace(":", ""))
+    if not info:
+        return None
+    return bytes(info).split(b"\0", 1)[0].decode(errors="replace")
+
+
+def rule_comments(family: str, table: str) -> dict[int, str]:
+    """handle -> comment of each rule of table ``family table`` that has
+    one, read from the kernel (one netlink dump, ``NFT_MSG_GETRULE``), in the
+    calling thread's network namespace; empty when the table does not exist.
+
+    A rule's comment is its nftables comment (``NFTA_RULE_USERDATA``, what
+    libnftables lists as ``"comment"``) or, for a rule iptables-nft wrote,
+    the text of its ``-m comment`` match: libnftables 1.0.6 lists that
+    match as ``{"xt": {"type": "match", "name": "comment"}}`` without the
+    text, which is how the Go plugins' iptables rules name their container.
+    Handles are the ones libnftables lists and deletes by.
+
+    Raises:
+        NftError: the kernel refused (EPERM without CAP_NET_ADMIN).
+    """
+    nl = _netlink()
+    n = nl.n
+    msg = n.nft_rule_msg()
+    msg["attrs"] = [("NFTA_RULE_TABLE", table)]
+    [(replies, err)] = _exchange(family, [(n.NFT_MSG_GETRULE, msg)], nl.NLM_F_DUMP)
+    if err == errno.ENOENT:
+        return {}
+    if err:
+        raise NftError(f"nftables rules of {family} {table}: {os.strerror(err)}", err)
+    out: dict[int, str] = {}
+    for rule in replies:
+        handle = rule.get_attr("NFTA_RULE_HANDLE")
+        if handle is None:
+            continue
+        udata = rule.get_attr("NFTA_RULE_USERDATA")
+        comment = _udata_comment(udata)
+        if comment is None:
+            for expr in rule.get_attr("NFTA_RULE_EXPRESSIONS") or ():
+                comment = _xt_comment(expr)
+                if comment is not None:
+                    break
+        if comment is not None:
+            out[handle] = comment
+    return out
+
+
+def _udata_comment(udata: Any) -> str | None:
+    # NFTNL_UDATA_RULE_COMMENT (type 0): libnftnl's TLV, type and length bytes.
+    if isinstance(udata, str):
+        return udata or None
+    raw = bytes(udata or b"")
+    while len(raw) >= 2:
+        kind, size = raw[0], raw[1]
+        if kind == 0:
+            return raw[2:2 + size].split(b"\0", 1)[0].decode(errors="replace")
+        raw = raw[2 + size:]
+    return None

@@ -146,6 +146,34 @@ class Plugin:
         return []
 
     @classmethod
+    def hand_over_to_go(cls, conf: Any, handover: Any, *,
+                        dry_run: bool = False) -> list[str]:
+        """``cni-skel migrate --to-go``, for one attachment that stays
+        running while the node goes back to the Go plugins: make what the Go
+        plugin of the same name needs to serve its later CHECK and DEL (and
+        keep the pod's connectivity), then remove this plugin's node-side
+        entries of the attachment. ``conf``: the request config (ADD's,
+        ``prevResult`` the cached result) parsed by `load_config`; ``handover``: a
+        `cni_skel.gorules.GoHandOver` (container ID, ifname, netns,
+        ``run_go(verb)`` running the Go plugin with ``conf``). With
+        ``dry_run`` nothing is changed. Returns one line per thing done (or
+        to do, in a dry run) and what the operator must do by hand. Nothing
+        unless overridden (a plugin with no node-side state).
+
+        Raises:
+            CNIError: what failed; what was done before stays done.
+        """
+        return []
+
+    @classmethod
+    def release_node_state(cls, *, dry_run: bool = False) -> list[str]:
+        """After `hand_over_to_go` of every attachment: remove what this
+        plugin keeps on the node that no attachment uses any more (empty
+        nftables tables); one line per thing removed. Nothing unless
+        overridden."""
+        return []
+
+    @classmethod
     def about_text(cls) -> str:
         head = cls.about or f"CNI {cls.name} plugin (cni-skel {__version__})"
         return f"{head}\nCNI protocol versions supported: {', '.join(cls.supported_versions)}\n"

@@ -7,6 +7,8 @@
   executables into a CNI bin dir, the worker's systemd units), ``doctor``
   (how a node's plugins run), ``worker`` (warm mode) and ``new-plugin`` (a
   plugin project);
+* `cni_skel.cli.migrate_cmd`: ``migrate --to-go`` (hand a node's pods back
+  to the Go plugins);
 * `cni_skel.cli.demo_cmd`: ``demo`` (`cni_skel.demo`: a pod network in
   throw-away namespaces);
 * `cni_skel.cli.errors`: how failures are shown (`CNICommandError`).
@@ -23,6 +25,7 @@ from ..warm.install import plugin_registry, write_executable
 from .demo_cmd import demo
 from .errors import CNICommandError
 from .install_cmds import doctor, install, new_plugin, uninstall, worker
+from .migrate_cmd import migrate
 from .runtime_cmds import add, check, del_, gc, status, validate
 
 __all__ = ["CNICommandError", "describe_error", "main", "plugin_registry", "write_executable"]
@@ -46,5 +49,5 @@ def main() -> None:
 
 
 for _command in (install, uninstall, doctor, worker, new_plugin, add, check, del_, gc, status,
-                 validate, demo):
+                 validate, migrate, demo):
     main.add_command(_command)

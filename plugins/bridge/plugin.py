@@ -7,7 +7,7 @@ import errno
 import ipaddress
 from typing import Any
 
-from cni_skel import netlink
+from cni_skel import gorules, netlink
 from cni_skel.env import CmdArgs
 from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, CNIError
 from cni_skel.invoke import delegate_check, delegate_del, delegate_gc, delegate_status, ipam_add
@@ -170,6 +170,67 @@ def _remove_entries(conf: BridgeConf, nft: Nft, tag: str, what: str) -> None:
     nft.run(_entries(conf, nft, {tag}), what=what)
 
 
+# --- what Go's bridge made (a node moving from the Go plugins) ------------------
+
+#: Where Go's bridge keeps its rules: ipMasq in iptables-nft's ``nat`` tables,
+#: macspoofchk in nftables' ``bridge nat``.
+_GO_FAMILIES = ("ip", "ip6", "bridge")
+_GO_TABLES = ("nat",)
+
+
+def _go_comments(network: str, container_id: str, ifname: str) -> set[str]:
+    """The comments of Go bridge's rules for one attachment: its masquerade
+    (``name: "<net>" id: "<cid>"``) and its MAC spoof check
+    (``macspoofchk-<cid>-<ifname>``)."""
+    return {gorules.owner_comment(network, container_id),
+            f"macspoofchk-{container_id}-{ifname}"}
+
+
+def _go_remove(network: str, container_id: str, ifname: str, what: str) -> None:
+    """Remove Go bridge's rules and chains of this attachment (a pod Go
+    created and we DEL: Go's own DEL would have)."""
+    comments = _go_comments(network, container_id, ifname)
+    gorules.remove(comments.__contains__, what, families=_GO_FAMILIES, tables=_GO_TABLES)
+
+
+def _go_gc(network: str, keep: set[str]) -> None:
+    """Remove Go bridge's masquerade rules of this network's containers not
+    in ``keep`` (container IDs). Go's macspoofchk comments do not name the
+    network, so only DEL removes those."""
+    def stale(comment: str) -> bool:
+        owner = gorules.parse_owner(comment)
+        return owner is not None and owner[0] == "" and owner[1] == network \
+            and owner[2] not in keep
+
+    gorules.remove(stale, "bridge GC of the Go plugin's rules", families=_GO_FAMILIES,
+                   tables=_GO_TABLES)
+
+
+def _go_missing(conf: BridgeConf, args: CmdArgs, versions: set[int]) -> list[str] | None:
+    """CHECK of a pod Go's bridge created: what of Go's rules for this
+    attachment is missing (Go's masquerade jump per IP family in
+    ``versions`` and its chain; its spoof-check rule), or None when Go made
+    nothing for it (then ours are what CHECK wants)."""
+    rules = gorules.list_rules(None, _GO_FAMILIES, _GO_TABLES)
+    masq = gorules.owner_comment(conf.name, args.container_id)
+    spoof = f"macspoofchk-{args.container_id}-{args.ifname}"
+    if not any(r.comment in (masq, spoof) for r in rules):
+        return None
+    chains = {(r.family, r.chain) for r in rules}
+    problems = []
+    if conf.ip_masq and conf.layer3:
+        for v in sorted(versions):
+            family = "ip" if v == 4 else "ip6"
+            jumps = [r for r in rules if r.family == family and r.chain == "POSTROUTING"
+                     and r.comment == masq and r.jump]
+            if not jumps or (family, jumps[0].jump) not in chains:
+                problems.append(f"Go bridge's IPv{v} masquerade rule ({masq}) is missing")
+    if conf.macspoofchk and not any(r.comment == spoof and r.chain == "PREROUTING"
+                                    for r in rules):
+        problems.append(f"Go bridge's MAC spoof check rule ({spoof}) is missing")
+    return problems
+
+
 def _ensure_bridge(ipr: Rtnl, conf: BridgeConf) -> netlink.Link:
     """Go's setupBridge: the bridge (made, or reused when it is one), its
     promiscuity, no router advertisements taken (we own its routes), up.
@@ -233,15 +294,19 @@ class Bridge(Plugin):
     DEL: the container interface (when the netns and it exist), IPAM DEL
     (always), this attachment's nftables entries found by its tag (so it
     works with an empty CNI_NETNS and no prevResult; upstream leaks its
-    masquerade rules there). Never deletes the bridge. Repeatable.
+    masquerade rules there), and the rules and chains Go's bridge made for
+    the container (a pod created before the switch, `cni_skel.gorules`).
+    Never deletes the bridge. Repeatable.
 
     CHECK (0.4.0+): IPAM CHECK, then as upstream: bridge present with
     prevResult's MAC and the configured promiscuity, container veth with
     prevResult's MAC, IPs and routes, host veth its peer on the bridge, and
-    the nftables entries present. 7 without prevResult.
+    the nftables entries present (for a pod Go's bridge made: Go's
+    masquerade and spoof-check rules instead). 7 without prevResult.
 
     GC (1.1.0): IPAM GC, then nftables entries of attachments not in
-    ``cni.dev/valid-attachments``. STATUS (1.1.0): IPAM STATUS; 50 when
+    ``cni.dev/valid-attachments``, Go's masquerade rules of this network's
+    containers not in it included. STATUS (1.1.0): IPAM STATUS; 50 when
     nftables is needed (ipMasq/macspoofchk) and not usable.
     """
 
@@ -256,6 +321,64 @@ class Bridge(Plugin):
         lines = (table_state(family, TABLE, "rules of pods still attached")
                  for family in sorted({MASQ_FAMILY, SPOOF_FAMILY}))
         return [line for line in lines if line]
+
+    @classmethod
+    def hand_over_to_go(cls, conf: BridgeConf, handover: gorules.GoHandOver, *,
+                        dry_run: bool = False) -> list[str]:
+        """For a pod that stays while the node goes back to Go's bridge
+        (`cni_skel.skel.Plugin.hand_over_to_go`): with ``ipMasq``, the
+        masquerade rules Go's bridge would have made at ADD
+        (`cni_skel.gorules.ipmasq_commands`: its DEL fails without its chain),
+        then our masquerade and spoof-check entries of the attachment are
+        removed. Go's MAC spoof check is not recreated (said in the lines).
+
+        Raises:
+            CNIError: 999 when iptables or nftables fails.
+        """
+        bconf = conf
+        lines: list[str] = []
+        prev = bconf.prev_result
+        addrs = [ipc.address for ipc in prev.ips] if prev is not None else []
+        if bconf.ip_masq and bconf.layer3 and addrs:
+            cmds = gorules.ipmasq_commands(bconf.name, handover.container_id, addrs)
+            if not dry_run:
+                gorules.run_commands(cmds, "bridge: Go's masquerade rules")
+            verb = "would run" if dry_run else "ran"
+            lines += [f"{verb}: {' '.join(c)}" for c in cmds]
+        elif bconf.ip_masq and not addrs:
+            chain = gorules.chain_name(bconf.name, handover.container_id)
+            lines.append("no cached addresses: Go's masquerade rules were not made; before "
+                         f"Go's DEL of this pod run `iptables -t nat -N {chain}`")
+        tag = attachment_tag(handover.container_id, handover.ifname)
+        if bconf.ip_masq or bconf.macspoofchk:
+            nft = Nft()
+            cmds = _entries(bconf, nft, {tag})
+            if cmds and not dry_run:
+                nft.run(cmds, what="bridge: handing over to Go")
+            if cmds:
+                lines.append(f"{'would remove' if dry_run else 'removed'} our nftables "
+                             f"entries of {tag} ({len(cmds)} set(s))")
+        if bconf.macspoofchk:
+            lines.append("macspoofchk: Go's spoof check is not recreated for this pod (it "
+                         "stays unchecked until it is recreated)")
+        return lines
+
+    @classmethod
+    def release_node_state(cls, *, dry_run: bool = False) -> list[str]:
+        """Delete our tables (``inet``/``bridge cni_skel_bridge``) when no
+        set of theirs holds an element any more."""
+        nft = Nft()
+        lines = []
+        for family in sorted({MASQ_FAMILY, SPOOF_FAMILY}):
+            table = nft.table(family, TABLE)
+            if table is None or any(s.get("elem") for s in table.sets.values()):
+                continue
+            if not dry_run:
+                nft.run([{"delete": {"table": {"family": family, "name": TABLE}}}],
+                        what="bridge: removing its empty table")
+            lines.append(f"{'would delete' if dry_run else 'deleted'} empty nftables table "
+                         f"{family} {TABLE}")
+        return lines
 
     def add(self, args: CmdArgs, conf: BridgeConf) -> Result:
         """Attach the container to the bridge (Go's cmdAdd, in its order);
@@ -347,6 +470,7 @@ class Bridge(Plugin):
         if conf.ip_masq or conf.macspoofchk:
             _remove_entries(conf, Nft(), attachment_tag(args.container_id, args.ifname),
                             "bridge DEL")
+        _go_remove(conf.name, args.container_id, args.ifname, "bridge DEL of the Go plugin's rules")
 
     def check(self, args: CmdArgs, conf: BridgeConf) -> None:
         """IPAM CHECK, then, as Go's cmdCheck: the bridge with prevResult's
@@ -421,6 +545,10 @@ class Bridge(Plugin):
         if conf.macspoofchk:
             problems += SpoofCheck(conf.name).missing(host.name, cont.mac, tag)
         if problems:
+            go = _go_missing(conf, args, {ipc.address.version for ipc in prev.ips})
+            if go is not None:  # a pod Go's bridge created: its rules, not ours
+                problems = go
+        if problems:
             raise CNIError(ERR_INTERNAL, "; ".join(problems))
 
     def gc(self, args: CmdArgs, conf: BridgeConf) -> None:
@@ -442,6 +570,7 @@ class Bridge(Plugin):
                 delegate_gc(conf.ipam.type, args.stdin_data, args)
             except CNIError as exc:
                 ipam_error = exc
+        _go_gc(conf.name, {a.container_id for a in conf.gc_keep()})
         if conf.ip_masq or conf.macspoofchk:
             nft = Nft()
             for attempt in range(3):

@@ -18,7 +18,7 @@ import os
 import sys
 from typing import Any
 
-from cni_skel import __version__
+from cni_skel import __version__, gorules
 from cni_skel.env import CmdArgs
 from cni_skel.errors import (
     ERR_INTERNAL,
@@ -367,6 +367,109 @@ def _flush_udp(conf: PortMapConf, ips: dict[int, IPAddr]) -> None:
                 _log(f"failed to delete stale UDP conntrack entries (IPv{v}, port {port}): {e}")
 
 
+# --- what Go's portmap made (a node moving from the Go plugins) --------------------
+
+#: Where Go's portmap (iptables backend) keeps its rules on an iptables-nft node.
+_GO_FAMILIES = ("ip", "ip6")
+_GO_TABLES = ("nat",)
+_GO_FAMILY = {4: "ip", 6: "ip6"}
+
+
+def _go_rules(nft: Nft) -> list[gorules.GoRule]:
+    """Go portmap's rules, or none without its ``CNI-HOSTPORT-DNAT`` chain
+    (one failing listing per family: what a node without Go pays)."""
+    for family in _GO_FAMILIES:
+        try:
+            nft.run([{"list": {"chain": {"family": family, "table": "nat",
+                                         "name": "CNI-HOSTPORT-DNAT"}}}], what="portmap")
+        except NftError as e:
+            if e.errno == errno.ENOENT:
+                continue
+            raise
+        return gorules.list_rules(nft, _GO_FAMILIES, _GO_TABLES)
+    return []
+
+
+def _go_conflicts(nft: Nft, want: list[L.Entry], container_id: str) -> None:
+    """Refuse host ports a Go portmap DNAT rule holds for another container
+    (Go's rules do not see our maps, nor ours theirs: both would match, and
+    whichever hook runs first would take the traffic).
+
+    Raises:
+        CNIError: 7 (as a port another attachment of ours holds) naming the
+            mapping, the holder's container ID and network, and Go's chain.
+    """
+    held = gorules.host_ports(_go_rules(nft))
+    if not held:
+        return
+    conflicts = []
+    for e in want:
+        if not e.set.startswith("claims"):
+            continue
+        host, proto, port = e.key
+        family = _GO_FAMILY[int(e.set[-1])]
+        unspec = ipaddress.ip_address(host).is_unspecified
+        for hp in held:
+            if (hp.family, hp.protocol, hp.port) != (family, proto, port) \
+                    or hp.container_id == container_id:
+                continue
+            if hp.host_ip is None or unspec or hp.host_ip == host:
+                conflicts.append(f"runtimeConfig.portMappings.{e.index}: {e.what} is held by "
+                                 f"container {hp.container_id or '(unnamed)'} of network "
+                                 f"{hp.network or '(unnamed)'} through the Go portmap plugin's "
+                                 "iptables rules")
+                break
+    if conflicts:
+        raise CNIError(ERR_INVALID_NETWORK_CONFIG, f"portmap: {conflicts[0]}",
+                       "; ".join(conflicts))
+
+
+def _go_owner(network: str, container_id: str) -> str:
+    return gorules.owner_comment(network, container_id, prefix="dnat")
+
+
+def _go_remove(network: str, container_id: str, what: str) -> None:
+    """Remove Go portmap's DNAT jump and chain of this container."""
+    comment = _go_owner(network, container_id)
+    gorules.remove(lambda c: c == comment, what, families=_GO_FAMILIES, tables=_GO_TABLES)
+
+
+def _go_gc(network: str, keep: set[str]) -> None:
+    """Remove Go portmap's entries of this network's containers not in ``keep``."""
+    def stale(comment: str) -> bool:
+        owner = gorules.parse_owner(comment)
+        return owner is not None and owner[0] == "dnat" and owner[1] == network \
+            and owner[2] not in keep
+
+    gorules.remove(stale, "portmap: garbage collection of the Go plugin's rules",
+                   families=_GO_FAMILIES, tables=_GO_TABLES)
+
+
+def _go_check(nft: Nft, network: str, container_id: str, want: list[L.Entry]) -> bool:
+    """True when Go's portmap holds every mapping of ``want`` for this
+    container (a pod Go created, checked after the switch)."""
+    rules = _go_rules(nft)
+    comment = _go_owner(network, container_id)
+    if not any(r.comment == comment for r in rules):
+        return False
+    held = {(hp.family, hp.protocol, hp.port) for hp in gorules.host_ports(rules)
+            if hp.container_id == container_id and hp.network == network}
+    return all((_GO_FAMILY[int(e.set[-1])], e.key[1], e.key[2]) in held
+               for e in want if e.set.startswith("claims"))
+
+
+def _wanted_quiet(handover: gorules.GoHandOver, conf: PortMapConf) -> list[L.Entry]:
+    """The entries this config would make (a hint for `_remove`), none when
+    ADD would refuse it."""
+    try:
+        return L.want_entries(conf.port_mappings, container_ips(conf, handover.ifname),
+                              snat=conf.snat_enabled, masq_all=conf.masq_all,
+                              gid=L.group_id(conf.name, conf.conditions(4),
+                                             conf.conditions(6)))
+    except CNIError:
+        return []
+
+
 def _need_prev(conf: PortMapConf) -> None:
     if conf.prev_result is None:
         raise CNIError(ERR_INVALID_NETWORK_CONFIG,
@@ -457,20 +560,25 @@ class PortMap(Plugin):
     Stale UDP conntrack entries to the host ports are then deleted (failures
     logged, as Go). No mappings, or no address: prevResult passed through.
     Errors: 7 when a (hostIP, protocol, hostPort) is already mapped by
-    another attachment, in any network (Go: last writer wins), or twice in
+    another attachment, in any network (Go: last writer wins), or held by
+    a Go portmap DNAT rule of another container (message: port, holder
+    container and network), or twice in
     the request to different container ports; 7/2 for config errors (see
     the config module); nothing is applied on any error.
 
     CHECK: every mapping of the container is present, tagged with this
-    attachment and pointing at its address and port (999 otherwise; 7
-    without prevResult). DEL: removes every entry tagged with this attachment
+    attachment and pointing at its address and port, or held by Go's
+    portmap for this container (a pod made before the switch) (999
+    otherwise; 7 without prevResult). DEL: removes Go portmap's DNAT jump
+    and chain of the container, and every entry tagged with this attachment
     (``containerID/ifname``), with or without portMappings and prevResult (Go
     does nothing without portMappings), in one transaction; nothing to remove
     commits nothing. ADD keeps a record of each attachment in the table, so
     CHECK and DEL read only their own elements: their cost does not grow
     with the number of pods. GC (1.1.0): removes this
     network's entries of attachments not in ``cni.dev/valid-attachments``
-    (7 without the list), and this network's DNAT chains left empty by a
+    (7 without the list), Go portmap's of this network's containers not in
+    it, and this network's DNAT chains left empty by a
     change of conditions. STATUS (1.1.0): 50 when nftables can not be used.
     """
 
@@ -484,6 +592,48 @@ class PortMap(Plugin):
         (`cni_skel.skel.Plugin.node_state`)."""
         line = table_state(L.FAMILY, L.TABLE, "port mappings of pods still attached")
         return [line] if line else []
+
+    @classmethod
+    def hand_over_to_go(cls, conf: PortMapConf, handover: gorules.GoHandOver, *,
+                        dry_run: bool = False) -> list[str]:
+        """For a pod that stays while the node goes back to Go's portmap
+        (`cni_skel.skel.Plugin.hand_over_to_go`): Go's portmap ADD is run
+        with the cached prevResult and mappings, so Go makes its own DNAT
+        rules (its DEL then finds them), and only then our entries of the
+        attachment are removed: the host ports never stop answering (both
+        DNAT to the same pod meanwhile).
+
+        Raises:
+            CNIError: Go's portmap's error (ours are kept then); 999 when
+                nftables refuses.
+        """
+        lines: list[str] = []
+        if conf.port_mappings and conf.prev_result is not None:
+            if not dry_run:
+                handover.run_go("ADD")
+            ports = ", ".join(f"{m.protocol}/{m.host_port}" for m in conf.port_mappings)
+            lines.append(f"{'would run' if dry_run else 'ran'} Go's portmap ADD ({ports})")
+        tag = attachment_tag(handover.container_id, handover.ifname)
+        if lookup(L.FAMILY, L.TABLE, [GetTable()])[0]:
+            if not dry_run:
+                _remove(tag, _wanted_quiet(handover, conf), "portmap: handing over to Go")
+            lines.append(f"{'would remove' if dry_run else 'removed'} our port mappings of {tag}")
+        return lines
+
+    @classmethod
+    def release_node_state(cls, *, dry_run: bool = False) -> list[str]:
+        """Delete our table (``inet cni_portmap``) when none of its sets and
+        maps holds an element any more."""
+        nft = Nft()
+        table = nft.table(L.FAMILY, L.TABLE)
+        if table is None or any(o.get("elem") for o in [*table.sets.values(),
+                                                         *table.maps.values()]):
+            return []
+        if not dry_run:
+            nft.run([{"delete": {"table": {"family": L.FAMILY, "name": L.TABLE}}}],
+                    what="portmap: removing its empty table")
+        return [f"{'would delete' if dry_run else 'deleted'} empty nftables table "
+                f"{L.FAMILY} {L.TABLE}"]
 
     def add(self, args: CmdArgs, conf: PortMapConf) -> Result:
         """Map the host ports to the container (Go's cmdAdd: forwardPorts,
@@ -507,6 +657,7 @@ class PortMap(Plugin):
         tag = attachment_tag(args.container_id, args.ifname)
         ips = container_ips(conf, args.ifname)
         nft = Nft()
+        _go_conflicts(nft, want, args.container_id)
         with rollback(self.name) as undo:
             _apply_add(nft, conf, gid, want, tag, L.Record.of(gid, ips, conf.port_mappings))
             undo.callback("removing port mappings", _remove, tag, want, "portmap: rolling back",
@@ -537,19 +688,19 @@ class PortMap(Plugin):
         chains = (L.HOSTPORTS, f"dnat_{gid}")
         answers = lookup(L.FAMILY, L.TABLE, [GetTable(), *(GetChain(c) for c in chains),
                                              *(L.query(e) for e in want)])
-        if not answers[0]:
-            raise CNIError(ERR_INTERNAL,
-                           f"portmap: nftables table {L.FAMILY} {L.TABLE} is missing")
-        problems = [f"chain {c} is missing" for c, ok in zip(chains, answers[1:3], strict=True)
-                    if not ok]
+        problems = [] if answers[0] else [f"nftables table {L.FAMILY} {L.TABLE} is missing"]
+        problems += [f"chain {c} is missing" for c, ok in zip(chains, answers[1:3], strict=True)
+                     if not ok and answers[0]]
         for e, el in zip(want, answers[3:], strict=True):
+            if not answers[0]:
+                break
             if el is None:
                 problems.append(f"{e.what}: missing from {e.set}")
             elif el.comment != tag:
                 problems.append(f"{e.what}: {e.set} entry belongs to {el.comment}")
             elif el.data != e.data:
                 problems.append(f"{e.what}: {e.set} holds {el.data}, not {e.data}")
-        if problems:
+        if problems and not _go_check(Nft(), conf.name, args.container_id, want):
             raise CNIError(ERR_INTERNAL, f"portmap: {problems[0]}", "; ".join(problems))
 
     def delete(self, args: CmdArgs, conf: PortMapConf) -> None:
@@ -569,6 +720,7 @@ class PortMap(Plugin):
                 hint = []
         _remove(attachment_tag(args.container_id, args.ifname), hint,
                 "portmap: removing port mappings")
+        _go_remove(conf.name, args.container_id, "portmap: removing the Go plugin's rules")
 
     def gc(self, args: CmdArgs, conf: PortMapConf) -> None:
         """Remove this network's entries of attachments not in
@@ -580,6 +732,7 @@ class PortMap(Plugin):
                 nftables refuses; 11 when the table kept changing.
         """
         valid = conf.gc_keep_tags()
+        _go_gc(conf.name, {a.container_id for a in conf.gc_keep()})
         nft = Nft()
         current = L.group_id(conf.name, conf.conditions(4), conf.conditions(6))
         for _ in range(_ATTEMPTS):
