@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from .errors import ERR_INTERNAL, ERR_TRY_AGAIN_LATER, CNIError
-from .nft import Nft, NftError, rule_comments
+from .nft import GetChain, GetTable, Nft, NftError, lookup, rule_comments
 
 __all__ = [
     "FAMILIES",
@@ -62,6 +62,7 @@ __all__ = [
     "list_rules",
     "owner_comment",
     "parse_owner",
+    "present",
     "remove",
     "run_commands",
 ]
@@ -185,6 +186,23 @@ class GoEntries(NamedTuple):
         lines = [f"rule {r.family} {r.table} {r.chain} handle {r.handle} ({r.comment})"
                  for r in self.rules]
         return lines + [f"chain {f} {t} {n}" for f, t, n in self.chains]
+
+
+def present(where: Iterable[tuple[str, str, str | None]]) -> bool:
+    """Whether any of ``where`` exists: ``(family, table, chain)``, or
+    ``(family, table, None)`` for the table itself. Netlink point reads
+    (`cni_skel.nft.lookup`, one socket per table asked), so a per-pod verb
+    on a node Go never ran on pays no listing of tables that can be large
+    (kube-proxy's ``ip nat``).
+
+    Raises:
+        NftError: nfnetlink failed (999).
+    """
+    asked: dict[tuple[str, str], list[Any]] = {}
+    for family, table, chain in where:
+        asked.setdefault((family, table), []).append(
+            GetTable() if chain is None else GetChain(chain))
+    return any(any(lookup(family, table, queries)) for (family, table), queries in asked.items())
 
 
 def list_rules(nft: Nft | None = None, families: Iterable[str] = FAMILIES,

@@ -189,6 +189,12 @@ def _go_comments(network: str, container_id: str, ifname: str) -> set[str]:
 def _go_remove(network: str, container_id: str, ifname: str, what: str) -> None:
     """Remove Go bridge's rules and chains of this attachment (a pod Go
     created and we DEL: Go's own DEL would have)."""
+    # Go's chain names are known (its masquerade chain; its spoof check's
+    # table): the tables are listed only when one exists.
+    chain = gorules.chain_name(network, container_id)
+    if not gorules.present([("ip", "nat", chain), ("ip6", "nat", chain),
+                            ("bridge", "nat", None)]):
+        return
     comments = _go_comments(network, container_id, ifname)
     gorules.remove(comments.__contains__, what, families=_GO_FAMILIES, tables=_GO_TABLES)
 

@@ -377,7 +377,8 @@ _GO_FAMILY = {4: "ip", 6: "ip6"}
 
 def _go_rules(nft: Nft) -> list[gorules.GoRule]:
     """Go portmap's rules, or none without its ``CNI-HOSTPORT-DNAT`` chain
-    (one failing listing per family: what a node without Go pays)."""
+    (one failing listing of that chain per family: what a node without Go
+    pays; libnftables, as ADD loads no pyroute2 in a one-shot process)."""
     for family in _GO_FAMILIES:
         try:
             nft.run([{"list": {"chain": {"family": family, "table": "nat",
@@ -430,6 +431,9 @@ def _go_owner(network: str, container_id: str) -> str:
 
 def _go_remove(network: str, container_id: str, what: str) -> None:
     """Remove Go portmap's DNAT jump and chain of this container."""
+    chain = gorules.chain_name(network, container_id, prefix="CNI-DN-", width=21)
+    if not gorules.present([(f, "nat", chain) for f in _GO_FAMILIES]):
+        return  # its DNAT chain's name is known: no listing on a node without it
     comment = _go_owner(network, container_id)
     gorules.remove(lambda c: c == comment, what, families=_GO_FAMILIES, tables=_GO_TABLES)
 
