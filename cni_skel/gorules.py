@@ -157,7 +157,8 @@ class GoRule(NamedTuple):
         return None
 
 
-class GoEntries(NamedTuple):
+@dataclass(frozen=True)
+class GoEntries:
     """What `find` selected: ``rules`` whose comment was selected (outside
     the chains below), and ``chains`` ``(family, table, name)`` only they
     jump to (removed whole)."""
