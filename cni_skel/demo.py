@@ -141,7 +141,7 @@ class _Report:
 
 def run_demo(plugin_dir: str | None = None, cni_version: str = "auto", verbose: bool = False,
              *, out: IO[str] | None = None, err: IO[str] | None = None,
-             mode: str = "warm") -> bool:
+             mode: str = "warm", pause: IO[str] | None = None) -> bool:
     """Run the demo, writing its report to ``out`` (default sys.stdout) and
     errors to ``err`` (default sys.stderr).
 
@@ -149,7 +149,8 @@ def run_demo(plugin_dir: str | None = None, cni_version: str = "auto", verbose: 
     ours. ``cni_version``: a version, or ``"auto"`` (see `pick_version`).
     ``verbose``: log each plugin execution (and, warm, the worker's lines).
     ``mode``: "warm" (ours through a socket-activated worker, as
-    ``cni-skel install`` sets up) or "oneshot".
+    ``cni-skel install`` sets up) or "oneshot". ``pause``: once both pods
+    are ADDed, say how to look at them and wait for a line (or EOF) on it.
 
     Returns:
         True when every step passed. A CNI error stops the demo and counts
@@ -191,6 +192,11 @@ def run_demo(plugin_dir: str | None = None, cni_version: str = "auto", verbose: 
             say("\nADD result of pod-a on demo-net (cached in "
                 f"{cni.cache_path('demo-net', added[1][1])}):")
             say(json.dumps(results["pod-a"].to_version(version), indent=4))
+            if pause is not None:
+                say(f"\npaused with both pods up: look at them, e.g. `ip netns exec "
+                    f"{pods['pod-a'].name} ip address` or `nft list ruleset`; press Enter to "
+                    "go on (Ctrl-C: stop, everything is still removed)")
+                pause.readline()
             steps.extend(_traffic(node, pods, results, say))
             steps.append(_check_all(cni, added, say))
             steps.append(_delete_all(cni, added, pods, say))

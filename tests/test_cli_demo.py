@@ -30,10 +30,11 @@ def leftovers(pid: int) -> list[str]:
 
 
 def test_demo_runs_the_main_job_and_cleans_up():
-    proc = subprocess.Popen([CLI, *demo_args()], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    out, err = proc.communicate(timeout=300)
+    proc = subprocess.Popen([CLI, *demo_args(), "--pause"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(input="\n", timeout=300)  # Enter: past --pause
     assert proc.returncode == 0, out + err
+    assert "paused with both pods up" in out
     assert "Traceback" not in err
     expected_version = "1.0.0" if DEMO_PLUGIN_DIR == GO_CNI_DIR else "1.1.0"
     assert f"-> cniVersion {expected_version}" in out
@@ -98,12 +99,14 @@ def test_demo_failure_is_reported_and_cleaned_up(tmp_path, go_cni_dir):
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_demo_interrupted_still_cleans_up(sig):
-    proc = subprocess.Popen([CLI, *demo_args()], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
+    # --pause holds the demo with both pods up: the signal lands mid-run
+    # (the demo's remaining ~0.6 s after ADD lost that race under CI load).
+    proc = subprocess.Popen([CLI, *demo_args(), "--pause"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         for line in proc.stdout:
-            if "pod-a: after ADD" in line:
+            if line.startswith("paused with both pods up"):
                 break
         assert leftovers(proc.pid), "the demo's namespaces exist while it runs"
         proc.send_signal(sig)

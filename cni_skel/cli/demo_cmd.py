@@ -34,7 +34,10 @@ EXIT_INTERRUPTED = 130
 @click.option("--one-shot", is_flag=True,
               help="Run our plugins one Python process per call (the fallback), not warm.")
 @click.option("-v", "--verbose", is_flag=True, help="Log each plugin execution.")
-def demo(plugin_dir: str | None, cni_version: str, one_shot: bool, verbose: bool) -> None:
+@click.option("--pause", is_flag=True,
+              help="Wait for Enter once both pods are up, to look at them (ip netns exec, nft).")
+def demo(plugin_dir: str | None, cni_version: str, one_shot: bool, verbose: bool,
+         pause: bool) -> None:
     """Run a real pod network in throw-away network namespaces: the project's
     main job, end to end, through the cni-skel runtime.
 
@@ -58,7 +61,8 @@ def demo(plugin_dir: str | None, cni_version: str, one_shot: bool, verbose: bool
 
     signal.signal(signal.SIGTERM, on_term)
     try:
-        ok = run_demo(plugin_dir, cni_version, verbose, mode="oneshot" if one_shot else "warm")
+        ok = run_demo(plugin_dir, cni_version, verbose, mode="oneshot" if one_shot else "warm",
+                      pause=sys.stdin if pause else None)
     except KeyboardInterrupt:
         # Whatever was cut short (a netlink request, say) may complain while
         # being garbage-collected at exit; the user asked to stop, not for that.
