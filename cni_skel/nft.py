@@ -30,6 +30,9 @@ text ``get element`` as text whatever the output flag), and a listing costs
 O(elements). `lookup` asks the kernel directly (``NFT_MSG_GETSETELEM``,
 ``NFT_MSG_GETCHAIN``, ...; one netlink round trip for many queries, no
 libnftables): the cost of finding an element does not grow with its set.
+Its nfnetlink socket is kept like the contexts (same key, limit and fork
+rule): opening one is cheap, but closing one waits for the kernel (~3.5 ms
+of wall time here, an RCU grace period), which a DEL paid per lookup.
 
 Source: libnftables-json(5); nftables 1.0.x (Debian 12).
 """
@@ -115,6 +118,18 @@ _context_fds: dict[tuple[bool, int, int, int], frozenset[int]] = {}  # what each
 _contexts_pid = os.getpid()
 _contexts_lock = threading.Lock()
 _THREAD_NS = "/proc/thread-self/ns/net"
+# (st_dev, st_ino, thread id) -> kept nfnetlink socket of `lookup`, least recent first
+_sockets: OrderedDict[tuple[int, int, int], Any] = OrderedDict()
+
+
+def _forget_parents_locked() -> None:
+    # In a forked child the kept contexts and sockets are the parent's.
+    global _contexts_pid
+    if _contexts_pid != os.getpid():
+        _contexts.clear()
+        _context_fds.clear()
+        _sockets.clear()
+        _contexts_pid = os.getpid()
 
 
 def _netns_identity() -> tuple[int, int]:
@@ -130,13 +145,9 @@ def _context(json: bool, keep: bool = True) -> Any:
     """The calling thread's libnftables context for its current namespace
     (JSON output with handles, or plain text), made when there is none
     (``keep`` False: always a new one, not kept)."""
-    global _contexts_pid
     key = (json, *_netns_identity(), threading.get_ident())
     with _contexts_lock:
-        if _contexts_pid != os.getpid():
-            _contexts.clear()  # forked: never share the parent's sockets
-            _context_fds.clear()
-            _contexts_pid = os.getpid()
+        _forget_parents_locked()
         ctx = _contexts.get(key) if keep else None
         if ctx is not None:
             _contexts.move_to_end(key)
@@ -163,11 +174,14 @@ def _context(json: bool, keep: bool = True) -> Any:
 
 
 def kept_fds() -> set[int]:
-    """The fds the kept contexts hold (one netlink socket each): open
-    between calls on purpose, so a long-lived process that checks for
-    leaked fds (`cni_skel.warm.server.ProcessBaseline`) does not count them."""
+    """The fds the kept contexts and `lookup` sockets hold (one netlink
+    socket each): open between calls on purpose, so a long-lived process
+    that checks for leaked fds (`cni_skel.warm.server.ProcessBaseline`) does
+    not count them."""
     with _contexts_lock:
-        return set().union(*_context_fds.values()) if _contexts_pid == os.getpid() else set()
+        if _contexts_pid != os.getpid():
+            return set()
+        return set().union(*_context_fds.values(), (s.fileno() for s in _sockets.values()))
 
 
 def _forked() -> None:
@@ -177,6 +191,7 @@ def _forked() -> None:
     _contexts_lock = threading.Lock()
     _contexts.clear()
     _context_fds.clear()
+    _sockets.clear()
     _contexts_pid = os.getpid()
 
 
@@ -185,10 +200,15 @@ os.register_at_fork(after_in_child=_forked)
 
 def release_contexts() -> None:
     """Drop every libnftables context this process keeps (their sockets
-    close once no `Nft` uses them). The next `Nft` makes a new one."""
+    close once no `Nft` uses them), and close the kept `lookup` sockets.
+    The next `Nft` or `lookup` makes a new one."""
     with _contexts_lock:
         _contexts.clear()
         _context_fds.clear()
+        socks = list(_sockets.values())
+        _sockets.clear()
+    for sock in socks:
+        sock.close()
 
 
 class Nft:
@@ -550,17 +570,47 @@ def _exchange(family: str, messages: list[tuple[int, Any]],
     for kind, msg in messages:
         msg["nfgen_family"] = nfproto
         requests.append((msg, (nl.NFNL_SUBSYS_NFTABLES << 8) | kind, nl.NLM_F_REQUEST | flags))
-    marshal = nl.Marshal()
-    marshal.msg_map.update(nl.policy)
     try:
-        with nl.NetlinkSocket(nl.NETLINK_NETFILTER, marshal, timeout=_TIMEOUT) as sock:
+        sock, key = _point_socket(nl)
+        try:
             return sock.batch(requests, tolerate=(errno.ENOENT,), chunk=_BATCH)
+        except BaseException:
+            _drop_socket(key)  # answers may be left unread in it
+            raise
     except nl.NetlinkError as e:
         if e.code == errno.ETIMEDOUT:
             raise NftError(f"nftables netlink: no answer in {_TIMEOUT:.0f} s", e.code) from e
         raise NftError(f"nftables netlink: {os.strerror(e.code)}", e.code) from e
     except OSError as e:
         raise NftError(f"nftables netlink: {e.strerror or e}", e.errno) from e
+
+
+def _point_socket(nl: SimpleNamespace) -> tuple[Any, tuple[int, int, int]]:
+    """The calling thread's kept nfnetlink socket for its current namespace
+    (made when there is none), and its key."""
+    key = (*_netns_identity(), threading.get_ident())
+    with _contexts_lock:
+        _forget_parents_locked()
+        sock = _sockets.get(key)
+        if sock is not None:
+            _sockets.move_to_end(key)
+            return sock, key
+    marshal = nl.Marshal()
+    marshal.msg_map.update(nl.policy)
+    sock = nl.NetlinkSocket(nl.NETLINK_NETFILTER, marshal, timeout=_TIMEOUT)
+    with _contexts_lock:
+        _sockets[key] = sock
+        evicted = [_sockets.popitem(last=False)[1] for _ in range(len(_sockets) - CONTEXTS_MAX)]
+    for old in evicted:
+        old.close()
+    return sock, key
+
+
+def _drop_socket(key: tuple[int, int, int]) -> None:
+    with _contexts_lock:
+        sock = _sockets.pop(key, None)
+    if sock is not None:
+        sock.close()
 
 
 def lookup(family: str, table: str, queries: Iterable[Any]) -> list[Any]:
