@@ -197,6 +197,23 @@ print(json.dumps(out))
         assert err == errno.EPERM and took < 10, (name, out)
 
 
+def in_forked_child(check) -> bool:
+    """``check()`` run in a forked child of this process: what it returned."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        try:
+            os.write(w, b"1" if check() else b"0")
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    try:
+        return os.read(r, 1) == b"1"
+    finally:
+        os.close(r)
+
+
 def test_contexts_are_kept_per_namespace_thread_and_process(netns_factory):
     """One libnftables context per (namespace, thread), reused; never one of
     another namespace, another thread or the parent process; at most
@@ -227,19 +244,8 @@ def test_contexts_are_kept_per_namespace_thread_and_process(netns_factory):
         t.join()
         assert other[0] is not ctx_a
         # a forked child makes its own (the parent's socket is not shared)
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - child
-            try:
-                ok = a.run(lambda: Nft()._ctx) is not ctx_a and \
-                    a.run(lambda: Nft().table("inet", "ta")) is not None
-                os.write(w, b"1" if ok else b"0")
-            finally:
-                os._exit(0)
-        os.close(w)
-        os.waitpid(pid, 0)
-        assert os.read(r, 1) == b"1"
-        os.close(r)
+        assert in_forked_child(lambda: a.run(lambda: Nft()._ctx) is not ctx_a and
+                               a.run(lambda: Nft().table("inet", "ta")) is not None)
         assert a.run(lambda: Nft()._ctx) is ctx_a
         # bounded: the least recently used goes
         for ns in nss[1:]:
@@ -272,18 +278,8 @@ def test_lookup_keeps_its_socket_per_namespace(netns_factory):
         assert fds() == first  # reused, whatever the family
         b.run(lambda: lookup("inet", "t", [GetTable()]))
         assert len(fds()) == 2 and first < fds()
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - child
-            try:
-                ok = not kept_fds() and a.run(lambda: lookup("ip", "nat", [GetTable()])) == [False]
-                os.write(w, b"1" if ok and len(kept_fds()) == 1 else b"0")
-            finally:
-                os._exit(0)
-        os.close(w)
-        os.waitpid(pid, 0)
-        assert os.read(r, 1) == b"1"
-        os.close(r)
+        assert in_forked_child(lambda: not kept_fds() and a.run(
+            lambda: lookup("ip", "nat", [GetTable()])) == [False] and len(kept_fds()) == 1)
         release_contexts()
         assert not fds()
     finally:
