@@ -100,10 +100,13 @@ def test_demo_failure_is_reported_and_cleaned_up(tmp_path, go_cni_dir):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_demo_interrupted_still_cleans_up(sig):
     # --pause holds the demo with both pods up: the signal lands mid-run
-    # (the demo's remaining ~0.6 s after ADD lost that race under CI load).
+    # (the demo's remaining ~0.6 s after ADD is a race under load). SIGINT
+    # as a terminal's Ctrl-C delivers it: a suite started as a background
+    # job of a shell inherits SIGINT ignored, and Python keeps it ignored.
     proc = subprocess.Popen([CLI, *demo_args(), "--pause"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         for line in proc.stdout:
             if line.startswith("paused with both pods up"):
