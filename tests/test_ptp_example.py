@@ -16,6 +16,7 @@ import sys
 import tokenize
 
 import pytest
+from test_bridge_go import keys  # a result's shape: values replaced by their type
 
 from cni_skel import CNIError, netlink
 from cni_skel.harness import icmp_ping, nft_table
@@ -220,15 +221,6 @@ def test_bad_config_is_code_7_naming_the_key(ptp, tmp_path, node_netns, pod_netn
     assert _links(pod_netns).keys() == {"lo"}
 
 
-def _shape(doc):
-    """A result with names, MACs and paths replaced by their kind."""
-    if isinstance(doc, dict):
-        return {k: _shape(v) for k, v in doc.items()}
-    if isinstance(doc, list):
-        return [_shape(v) for v in doc]
-    return type(doc).__name__
-
-
 @pytest.mark.parametrize("version", ["0.4.0", "1.0.0"])
 def test_same_result_and_routes_as_go_ptp(ptp, tmp_path, node_netns, netns_factory, version):
     """Same config to Go's ptp 1.1.1 and ours (each its own pod and subnet):
@@ -245,7 +237,7 @@ def test_same_result_and_routes_as_go_ptp(ptp, tmp_path, node_netns, netns_facto
                         s and s.replace(subnet[:7], "X")) for d, g, sc, s in _routes(pod)}
         _run(exe, "CHECK", {**conf, "prevResult": results[who]}, pod, node_netns,
              cid=f"cmp-{who}")
-    assert _shape(results["ours"]) == _shape(results["go"])
+    assert keys(results["ours"]) == keys(results["go"])
     for key in ("cniVersion", "dns"):
         assert results["ours"][key] == results["go"][key]
     strip = json.dumps(results["go"]["ips"]).replace("10.49.0.", "10.48.0.")
