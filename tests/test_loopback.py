@@ -109,6 +109,32 @@ def test_check_fails_when_lo_is_down(loopback, node_netns, pod_netns):
     assert "down" in ei.value.msg
 
 
+def test_add_again_when_up_and_after_del(loopback, node_netns, pod_netns):
+    """ADD on an ``lo`` already up answers what the first ADD did; after DEL
+    (``lo`` down, its IPv6 address gone with it) the addresses are read back
+    once the kernel has put them on again."""
+    c = conf("1.1.0")
+    first = run_plugin(loopback, "ADD", c, netns=pod_netns.path, node=node_netns)
+    assert first == EXPECTED["1.1.0"](pod_netns.path)
+    assert run_plugin(loopback, "ADD", c, netns=pod_netns.path, node=node_netns) == first
+    run_plugin(loopback, "DEL", c, netns=pod_netns.path, node=node_netns)
+    assert not lo_up(pod_netns.path)
+    assert run_plugin(loopback, "ADD", c, netns=pod_netns.path, node=node_netns) == first
+    assert lo_up(pod_netns.path)
+
+
+def test_a_non_loopback_address_is_999_and_lo_stays_down(loopback, node_netns, pod_netns):
+    """Go's error text, naming the address without its prefix; Go has set
+    ``lo`` up by then and leaves it so, we check before touching it."""
+    with NetNS.open(pod_netns.path) as ns, ns.iproute() as ipr:
+        netlink.add_address(ipr, "lo", "10.9.9.9/32")
+    with pytest.raises(CNIError) as ei:
+        run_plugin(loopback, "ADD", conf("1.0.0"), netns=pod_netns.path, node=node_netns)
+    assert ei.value.code == 999
+    assert ei.value.msg == 'loopback interface found with non-loopback address "10.9.9.9"'
+    assert not lo_up(pod_netns.path)
+
+
 def test_del_is_idempotent_and_survives_a_gone_netns(loopback, node_netns, netns_factory):
     pod = netns_factory("cnsk-gone")
     c = conf("1.0.0")

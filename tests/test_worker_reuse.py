@@ -11,11 +11,13 @@ the next call. These tests look at the idle process from outside, through
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -230,6 +232,75 @@ def test_pool_grows_for_parallel_calls_and_shrinks_when_idle(wdir, netns_factory
         assert len(p.processes()) <= max(base, 2), (base, p.processes())
         assert p.probe()["pid"] in p.processes()
         assert "internal error" not in p.worker.log()
+    finally:
+        p.stop()
+
+
+class ProcessCount:
+    """The most serving processes ``pool`` had, sampled every 5 ms while the
+    block runs."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool, self.most, self._stop = pool, 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.005):
+            with contextlib.suppress(OSError):
+                self.most = max(self.most, len(self.pool.processes()))
+
+    def __enter__(self) -> ProcessCount:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def test_pool_stops_growing_at_max_processes(wdir, netns_factory):
+    """Past --max-processes, calls wait for a free process instead of
+    forking more: 6 parallel calls on 2 processes all succeed, in turns."""
+    p = Pool(wdir, netns_factory, "--max-processes", "2")
+    try:
+        p.probe()
+        start = time.monotonic()
+        with ProcessCount(p) as count, ThreadPoolExecutor(6) as ex:
+            runs = list(ex.map(lambda i: p.call(mode="sleep", seconds=0.3,
+                                                marker=os.path.join(wdir, f"m{i}")), range(6)))
+        took = time.monotonic() - start
+        assert all(run.exit_code == 0 for run, _ in runs), runs
+        assert count.most == 2, count.most
+        assert took >= 0.85, took  # three turns of 0.3 s
+        assert "one more than" not in p.worker.log()
+    finally:
+        p.stop()
+
+
+def test_a_stalled_pool_grows_past_max_processes(wdir, netns_factory):
+    """A pool whose every process is stuck (here: one long call at
+    --max-processes 1) forks one more after a second with a call waiting:
+    the waiting call is answered long before the stuck one ends."""
+    p = Pool(wdir, netns_factory, "--max-processes", "1")
+    try:
+        p.probe()
+        marker = os.path.join(wdir, "stuck")
+        with ThreadPoolExecutor(1) as ex:
+            stuck = ex.submit(p.call, mode="sleep", seconds=6.0, marker=marker)
+            deadline = time.monotonic() + 10
+            while not os.path.exists(marker):
+                assert time.monotonic() < deadline and not stuck.done(), stuck
+                time.sleep(0.01)
+            start = time.monotonic()
+            run, doc = p.call()
+            took = time.monotonic() - start
+            assert run.exit_code == 0, run
+            assert not stuck.done(), "answered only after the stuck call"
+            assert took < 4.0, took
+            with open(marker) as fp:
+                assert doc["pid"] != int(fp.read())
+            assert stuck.result()[0].exit_code == 0
+        assert "one more than --max-processes (1)" in p.worker.log()
     finally:
         p.stop()
 

@@ -225,6 +225,9 @@ def doctor(bin_dir: str, systemd_dir: str, names: tuple[str, ...]) -> None:
 @click.option("--linger", type=click.FloatRange(0), default=server.LINGER, show_default=True,
               metavar="SECONDS", help="How long an idle serving process beyond --spares "
                                       "stays before it exits.")
+@click.option("--max-processes", type=click.IntRange(1, server.MAX_CHILDREN), default=None,
+              metavar="N", help="Serving processes the pool grows to before calls wait for a "
+                                "free one [default: twice the CPUs, at least 4].")
 @click.option("--request-timeout", type=click.FloatRange(0.1), default=30.0, show_default=True,
               metavar="SECONDS", help="Time a client has to send its whole request.")
 @click.option("--run-timeout", type=click.FloatRange(1), default=600.0, show_default=True,
@@ -244,8 +247,9 @@ def doctor(bin_dir: str, systemd_dir: str, names: tuple[str, ...]) -> None:
                    "127.0.0.1:9743).")
 def worker(socket_path: str, check: bool, preload: tuple[str, ...],
            drain_timeout: float, spares: int, max_requests: int, linger: float,
-           request_timeout: float, run_timeout: float, idle_exit: float | None,
-           mount_namespace: str, log_file: str | None, metrics_address: str | None) -> None:
+           max_processes: int | None, request_timeout: float, run_timeout: float,
+           idle_exit: float | None, mount_namespace: str, log_file: str | None,
+           metrics_address: str | None) -> None:
     """Serve plugin calls from the installed launchers (warm worker mode).
 
     Imports every registered plugin (and pyroute2, pydantic) once and keeps
@@ -270,6 +274,7 @@ def worker(socket_path: str, check: bool, preload: tuple[str, ...],
     try:
         sys.exit(server.serve(socket_path, refs, drain_timeout=drain_timeout, spares=spares,
                               max_requests=max_requests, linger=linger,
+                              max_processes=max_processes,
                               request_timeout=request_timeout, run_timeout=run_timeout,
                               idle_exit=idle_exit, mount_namespace=mount_namespace,
                               log_file=log_file, metrics_address=metrics_address))

@@ -60,8 +60,11 @@ exec'd as usual.
 
 Processes run calls in parallel, one call each at a time; host-local's lock
 file works across them as across processes. The pool is elastic: ``spares``
-idle processes are kept ready, one more is forked when a call takes one,
-and idle processes beyond ``spares`` exit after ``linger`` seconds. A call
+idle processes are kept ready, one more is forked when a call takes one, up
+to ``max_processes`` (twice the CPUs, at least 4: more would add memory, not
+speed; further connections wait for a free process, and only calls that
+stall the whole pool for `STALL` seconds grow it past that), and idle
+processes beyond ``spares`` exit after ``linger`` seconds. A call
 never sees what the one before it left in its process: after each call the
 process restores fds 0-2, its network and mount namespaces, cwd, umask,
 environment and ``sys.path``, and checks everything else a call could change
@@ -154,7 +157,8 @@ from .protocol import (
 )
 
 __all__ = ["DEFAULT_SOCKET", "MOUNT_NAMESPACES", "ChildState", "InProcessExec", "LogSink", "Worker",
-           "WorkerChild", "check", "describe", "serve", "systemd_socket", "writable_proc_sys"]
+           "WorkerChild", "check", "default_max_processes", "describe", "serve", "systemd_socket",
+           "writable_proc_sys"]
 
 #: Seconds a connected client has to send its whole request (one deadline
 #: for the whole request, not per read).
@@ -185,6 +189,18 @@ MAX_REQUESTS = 1000
 MAX_GROWTH = 64 << 20
 #: Seconds an idle serving process beyond ``spares`` lingers before it is retired.
 LINGER = 30.0
+#: Seconds without a freed process, while connections wait and the pool is at
+#: ``max_processes``, before it forks one more: a pool of stuck or slow calls
+#: (a delegate that calls back into this worker, a DHCP lease) keeps moving.
+STALL = 1.0
+
+
+def default_max_processes() -> int:
+    """Serving processes the pool grows to under load before connections
+    wait: twice the CPUs this process may run on, at least 4. More than the
+    CPUs, as calls also wait on the kernel (a veth's deletion waits for RCU);
+    not one per client, as each costs ~10 MiB of copy-on-write pages."""
+    return max(4, 2 * len(os.sched_getaffinity(0)))
 #: ``Worker(mount_namespace=)``: enter the launcher's, or keep the worker's own.
 MOUNT_NAMESPACES = ("caller", "own")
 #: sd_listen_fds(3): the first passed fd.
@@ -443,9 +459,12 @@ class Worker:
 
     ``spares`` serving processes are kept forked and idle (each a
     `WorkerChild`, serving calls one at a time); the parent forks another as
-    soon as a spare is taken, retires idle ones beyond ``spares`` after
-    ``linger`` seconds, reaps them, kills those past ``run_timeout`` and
-    answers for one that ended without answering (spec error 11).
+    soon as a spare is taken, up to ``max_processes`` (then connections wait
+    in the listen backlog for the next free process; after `STALL` seconds
+    with connections waiting and no process freed it forks one more anyway),
+    retires idle ones beyond ``spares`` after ``linger`` seconds, reaps
+    them, kills those past ``run_timeout`` and answers for one that ended
+    without answering (spec error 11).
 
     The parent reads nothing from clients; from children it reads bounded
     datagrams whose sender the kernel vouches for (SCM_CREDENTIALS), and a
@@ -478,6 +497,9 @@ class Worker:
         max_growth: bytes of RSS a serving process may grow by before it is
             recycled.
         linger: seconds an idle serving process beyond ``spares`` stays.
+        max_processes: serving processes (busy and idle) the pool grows to
+            before connections wait (None: `default_max_processes`); a soft
+            bound, see above.
     """
 
     def __init__(self, socket_path: str = DEFAULT_SOCKET, refs: list[str] | None = None,
@@ -486,7 +508,8 @@ class Worker:
                  run_timeout: float = RUN_TIMEOUT, mount_namespace: str = "caller",
                  idle_exit: float | None = None, log_file: str | None = None,
                  metrics_address: str | None = None, max_requests: int = MAX_REQUESTS,
-                 max_growth: int = MAX_GROWTH, linger: float = LINGER) -> None:
+                 max_growth: int = MAX_GROWTH, linger: float = LINGER,
+                 max_processes: int | None = None) -> None:
         if mount_namespace not in MOUNT_NAMESPACES:
             raise ValueError(f"mount_namespace {mount_namespace!r}: one of "
                              f"{', '.join(MOUNT_NAMESPACES)}")
@@ -505,7 +528,8 @@ class Worker:
         self.path = os.path.abspath(socket_path)
         self.refs = list(refs or [])
         self.drain_timeout = drain_timeout
-        self.spares = max(1, spares)
+        self.max_processes = max(1, max_processes or default_max_processes())
+        self.spares = min(max(1, spares), self.max_processes)
         self.request_timeout = request_timeout
         self.run_timeout = run_timeout
         # fd 2 becomes the launcher's stderr in children: log to a copy of it.
@@ -521,6 +545,8 @@ class Worker:
         self.ident: tuple[int, int] | None = None
         self.respawn_at = 0.0
         self.at_cap = False
+        self.freed_at = 0.0  # monotonic time a serving process last became free
+        self.over = 0  # processes forked past max_processes, still counted there
 
     def serve(self) -> int:
         """Import, listen, serve until asked to stop; returns an exit status."""
@@ -633,6 +659,8 @@ class Worker:
         """How long the parent may sleep: until the next run deadline or idle
         exit, or a short tick while stopping or waiting to respawn."""
         waits = [0.5] if self.stopping or self.respawn_at or self.at_cap else []
+        if self._saturated():
+            waits.append(max(0.05, self.freed_at + STALL - time.monotonic()))
         idle = [c.idle_since for c in self.children.values() if not c.busy and not c.retiring]
         if len(idle) > self.spares:
             waits.append(max(0.05, min(idle) + self.linger - time.monotonic()))
@@ -648,11 +676,16 @@ class Worker:
             return
         self.respawn_at = 0.0
         idle = sum(not c.busy and not c.retiring for c in self.children.values())
-        want = min(self.spares - idle, MAX_CHILDREN - len(self.children))
-        if want < self.spares - idle and not self.at_cap:
+        hard = MAX_CHILDREN - len(self.children)
+        want = min(self.spares - idle, hard, self.max_processes - len(self.children))
+        if want <= 0 and not idle and hard > 0 and self._stalled():
+            _log(self.log, "", f"no serving process freed for {STALL:g} s and calls wait: "
+                               f"one more than --max-processes ({self.max_processes})")
+            self.freed_at, want = time.monotonic(), 1
+        if hard < self.spares - idle and not self.at_cap:
             _log(self.log, "", f"{len(self.children)} children: at the limit "
                                f"({MAX_CHILDREN}); new connections wait")
-        self.at_cap = want < self.spares - idle
+        self.at_cap = hard < self.spares - idle
         for _ in range(want):
             sys.stderr.flush()
             pid = os.fork()
@@ -665,6 +698,18 @@ class Worker:
                 finally:
                     os._exit(code)
             self.children[pid] = ChildState(idle_since=time.monotonic())
+
+    def _saturated(self) -> bool:
+        """At ``max_processes`` with none of them free."""
+        return (len(self.children) >= self.max_processes
+                and all(c.busy or c.retiring for c in self.children.values()))
+
+    def _stalled(self) -> bool:
+        """Saturated, connections waiting in the backlog, and no process freed
+        for `STALL` seconds."""
+        assert self.sock is not None
+        return (self._saturated() and time.monotonic() - self.freed_at >= STALL
+                and bool(select.select([self.sock], [], [], 0)[0]))
 
     def _retire_extra(self) -> None:
         """Ask idle processes beyond ``spares`` that idled ``linger`` seconds
@@ -705,11 +750,12 @@ class Worker:
     def about(self) -> dict[str, Any]:
         """What a ping answers (JSON): version, protocol versions served, pid,
         start time (unix), socket, socket activation, mount namespace mode,
-        idle exit, plugins served."""
+        idle exit, ``max_processes``, plugins served."""
         return {"version": __version__, "protocol": list(SERVED_VERSIONS), "pid": self.pid,
                 "started": round(self.started, 3), "socket": self.path,
                 "systemdSocket": self.activated, "mountNamespace": self.mount_namespace,
-                "idleExit": self.idle_exit, "plugins": sorted(self.plugins)}
+                "idleExit": self.idle_exit, "maxProcesses": self.max_processes,
+                "plugins": sorted(self.plugins)}
 
     def _close_listener(self) -> None:
         assert self.sock is not None
@@ -774,7 +820,7 @@ class Worker:
         if kind == _REPORT_IDLE and not fields and not fds and child.conn is not None:
             child.conn.close()
             self.children[pid] = ChildState(idle_since=time.monotonic(), retiring=child.retiring)
-            self.last_active = time.monotonic()
+            self.last_active = self.freed_at = time.monotonic()
             return []
         if kind == _REPORT_REQUEST and len(fields) == 5 and not fds:
             child.cid, child.cmd, child.ref, child.version, child.netns = (
@@ -800,6 +846,7 @@ class Worker:
             child = self.children.pop(pid, None)
             if child is None:
                 continue
+            self.freed_at = time.monotonic()
             ok = os.WIFEXITED(status) and os.WEXITSTATUS(status) in (_IDLE_EXIT, _RECYCLED)
             if ok and os.WEXITSTATUS(status) == _RECYCLED and self.metrics is not None:
                 self.metrics.recycled()
@@ -1547,7 +1594,10 @@ def describe(pong: str) -> str:
         return (f"cni-skel {about['version']}, pid {about['pid']}, up {up // 3600}h"
                 f"{up // 60 % 60:02d}m{up % 60:02d}s, protocol {versions[0]}-{versions[-1]}, "
                 f"{'systemd socket, ' if about['systemdSocket'] else ''}"
-                f"mount namespace {about['mountNamespace']}; plugins: "
+                f"mount namespace {about['mountNamespace']}"
+                + (f", up to {about['maxProcesses']} serving processes"
+                   if about.get("maxProcesses") else "")
+                + "; plugins: "
                 + ", ".join(ref.rpartition(":")[2] for ref in about["plugins"]))
     except (ValueError, KeyError, TypeError, IndexError):
         return pong

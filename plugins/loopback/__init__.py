@@ -18,6 +18,8 @@ from cni_skel.types import Interface, IPConfig, Result, check_expressible
 __all__ = ["Loopback"]
 
 LO = "lo"
+#: ``lo``'s ifindex in every network namespace (the kernel's LOOPBACK_IFINDEX).
+LO_INDEX = 1
 
 
 class Loopback(Plugin):
@@ -31,12 +33,17 @@ class Loopback(Plugin):
         """Bring ``lo`` up and return a result with its loopback addresses
         (or prevResult unchanged when chained), as Go's cmdAdd.
 
-        A failed ADD leaves ``lo`` as it found it (down again if it was).
+        A failed ADD leaves ``lo`` as it found it: the address check comes
+        before ``lo`` is touched (Go sets it up first and leaves it up), and
+        an ``lo`` that had no address is set down again when reading them
+        back fails. Requests: an address dump, the link change, and a second
+        dump when ``lo`` lacked an address family (a fresh namespace).
 
         Raises:
             CNIError: 999 when ``lo`` holds a non-loopback address (Go's
-                text); 1 at cniVersion 0.1.0/0.2.0 when the result has no
-                IP, which those versions cannot carry (`check_expressible`):
+                text, naming the address); 1 at cniVersion 0.1.0/0.2.0 when
+                the result has no IP, which those versions cannot carry
+                (`check_expressible`):
                 an IP-less prevResult (checked before ``lo`` is touched), or
                 an ``lo`` the kernel gave no address (MTU too small, IPv6
                 off). At 0.1.0/0.2.0 Go prints the 1.0.0 shape (or an
@@ -46,17 +53,22 @@ class Loopback(Plugin):
         if conf.prev_result is not None:
             check_expressible(conf.cni_version, conf.prev_result)  # returned as is
         with NetNS.open(args.netns) as ns, ns.rtnl() as ipr, rollback(self.name) as undo:
-            lo = netlink.find_link(ipr, LO)
-            if lo is None or not lo.up:
-                undo.callback("lo down", netlink.link_down, ipr, LO)
-                netlink.link_up(ipr, lo or LO)
-            # The kernel puts lo's addresses on as it goes up: only now is
-            # the result known.
-            addrs = netlink.addresses(ipr, lo or LO)
+            # By index, not by name: a link look-up (its whole RTM_NEWLINK
+            # decoded) costs more than the rest of the call.
+            addrs = netlink.addresses(ipr, LO_INDEX)
             for addr in addrs:
-                if not addr.ip.is_loopback:
+                if not addr.ip.is_loopback:  # checked before lo is touched: nothing to undo
                     raise CNIError(ERR_INTERNAL, "loopback interface found with "
-                                                 f'non-loopback address "{addr}"')
+                                                 f'non-loopback address "{addr.ip}"')
+            if {a.version for a in addrs} != {4, 6}:
+                # Down (or bare): the kernel puts lo's addresses on as it
+                # goes up, so only then is the result known.
+                if not addrs:
+                    undo.callback("lo down", netlink.link_down, ipr, LO_INDEX)
+                netlink.link_up(ipr, LO_INDEX)
+                addrs = netlink.addresses(ipr, LO_INDEX)
+            else:
+                netlink.link_up(ipr, LO_INDEX)  # up already, as a rule: a no-op
             if conf.prev_result is not None:
                 return conf.prev_result
             ips = []

@@ -377,18 +377,10 @@ _GO_FAMILY = {4: "ip", 6: "ip6"}
 
 def _go_rules(nft: Nft) -> list[gorules.GoRule]:
     """Go portmap's rules, or none without its ``CNI-HOSTPORT-DNAT`` chain
-    (one failing listing of that chain per family: what a node without Go
-    pays; libnftables, as ADD loads no pyroute2 in a one-shot process)."""
-    for family in _GO_FAMILIES:
-        try:
-            nft.run([{"list": {"chain": {"family": family, "table": "nat",
-                                         "name": "CNI-HOSTPORT-DNAT"}}}], what="portmap")
-        except NftError as e:
-            if e.errno == errno.ENOENT:
-                continue
-            raise
-        return gorules.list_rules(nft, _GO_FAMILIES, _GO_TABLES)
-    return []
+    (what a node without Go pays: `gorules.chain_present`)."""
+    if not gorules.chain_present(nft, [(f, "nat", "CNI-HOSTPORT-DNAT") for f in _GO_FAMILIES]):
+        return []
+    return gorules.list_rules(nft, _GO_FAMILIES, _GO_TABLES)
 
 
 def _go_conflicts(nft: Nft, want: list[L.Entry], container_id: str) -> None:
