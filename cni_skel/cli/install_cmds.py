@@ -227,7 +227,7 @@ def doctor(bin_dir: str, systemd_dir: str, names: tuple[str, ...]) -> None:
                                       "stays before it exits.")
 @click.option("--max-processes", type=click.IntRange(1, server.MAX_CHILDREN), default=None,
               metavar="N", help="Serving processes the pool grows to before calls wait for a "
-                                "free one [default: twice the CPUs, at least 4].")
+                                "free one [default: three per CPU, at least 6].")
 @click.option("--request-timeout", type=click.FloatRange(0.1), default=30.0, show_default=True,
               metavar="SECONDS", help="Time a client has to send its whole request.")
 @click.option("--run-timeout", type=click.FloatRange(1), default=600.0, show_default=True,
