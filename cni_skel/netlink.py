@@ -55,6 +55,7 @@ from pyroute2.netlink import (
     NLM_F_REQUEST,
 )
 from pyroute2.netlink.exceptions import NetlinkDumpInterrupted, NetlinkError
+from pyroute2.netlink.marshal import Marshal
 from pyroute2.netlink.rtnl import (
     RTM_DELADDR,
     RTM_DELLINK,
@@ -98,6 +99,7 @@ __all__ = [
     "ensure_bridge",
     "find_link",
     "link_down",
+    "link_flags",
     "link_index",
     "link_set",
     "link_up",
@@ -363,6 +365,41 @@ def find_link(ipr: Socket, name: Link | str | int) -> Link | None:
     if not msgs:
         return None
     return _link_summary(msgs[0])
+
+
+class _ifinfmsg_head(ifinfmsg):
+    """An ``ifinfmsg`` decoded only as far as its header (index, type,
+    flags): pyroute2 makes an object of each of the ~40 attributes a link
+    carries, most of a look-up's cost."""
+
+    def decode_nlas(self, offset: int) -> None:
+        return None
+
+
+class _MarshalLinkHead(Marshal):
+    msg_map = {RTM_NEWLINK: _ifinfmsg_head}
+
+
+_LINK_HEAD = _MarshalLinkHead()
+
+
+def link_flags(ipr: Socket, name: Link | str | int) -> int | None:
+    """The IFF_* flags of a link (None: no such link). One RTM_GETLINK whose
+    answer is decoded as far as its header: ~0.1 ms less than `find_link`
+    on an `Rtnl` (on pyroute2's IPRoute, `find_link`'s).
+
+    Raises:
+        CNIError: code 999 for other netlink failures.
+    """
+    if not isinstance(ipr, Rtnl):
+        link = find_link(ipr, name)
+        return None if link is None else link.flags
+    if isinstance(name, str) and not _plausible_ifname(name):
+        return None
+    target = name.index if isinstance(name, Link) else name
+    msgs = _call("get link", target, ipr.request, _link_msg(name), RTM_GETLINK, NLM_F_REQUEST,
+                 marshal=_LINK_HEAD, ignore=(errno.ENODEV,))
+    return msgs[0]["flags"] if msgs else None
 
 
 def link_index(ipr: Socket, name: Link | str | int) -> int:

@@ -123,7 +123,8 @@ class NetlinkSocket:
 
     # -- requests ------------------------------------------------------------
 
-    def request(self, msg: Any, msg_type: int, flags: int) -> list[Any]:
+    def request(self, msg: Any, msg_type: int, flags: int, *,
+                marshal: Marshal | None = None) -> list[Any]:
         """Send one request and return its answer: the messages the kernel
         sent back for it (none for a plain ACK; with NLM_F_ECHO the echoed
         object comes first). ``msg``: a pyroute2 message with its fields and
@@ -133,6 +134,8 @@ class NetlinkSocket:
         answer (a GET answered by a lone message marked NLM_F_MULTI, as
         ctnetlink's statistics, needs NLM_F_ACK to end). A change sent
         without NLM_F_ACK would wait for nothing: always ask for the ACK.
+        ``marshal``: parses this answer instead of the socket's (message
+        classes that decode less).
 
         Raises:
             NetlinkError: the kernel's error answer (its errno as ``code``);
@@ -140,13 +143,13 @@ class NetlinkSocket:
             NetlinkDumpInterrupted: the dump was inconsistent (retry it).
             ValueError, TypeError: pyroute2 could not encode ``msg``.
         """
-        [(answer, err)] = self.batch([(msg, msg_type, flags)])
+        [(answer, err)] = self.batch([(msg, msg_type, flags)], marshal=marshal)
         if err:
             raise NetlinkError(err)
         return answer
 
     def batch(self, requests: Sequence[Request], *, tolerate: Container[int] | None = None,
-              chunk: int = 64) -> list[tuple[list[Any], int]]:
+              chunk: int = 64, marshal: Marshal | None = None) -> list[tuple[list[Any], int]]:
         """Send several requests, ``chunk`` per datagram (the kernel handles
         them one after the other, as if sent one by one), and return, in
         order, each one's ``(answer messages, 0)`` or ``([], errno)``.
@@ -155,7 +158,8 @@ class NetlinkSocket:
         awaited; after any other error the batch stops there and the list
         is shorter (nfnetlink answers a datagram it refuses as a whole,
         EPERM without CAP_NET_ADMIN, once). None (default): every errno
-        (rtnetlink answers each request of a datagram).
+        (rtnetlink answers each request of a datagram). ``marshal``: as in
+        `request`.
 
         Raises:
             NetlinkError: as `request`, for the socket's own failures.
@@ -179,7 +183,7 @@ class NetlinkSocket:
                     data += msg.data
                 self._transmit(data)
                 for seq, flags in seqs:
-                    answer, err = self._answer(seq, flags)
+                    answer, err = self._answer(seq, flags, marshal or self.marshal)
                     out.append((answer, err))
                     if err and tolerate is not None and err not in tolerate:
                         return out
@@ -207,7 +211,7 @@ class NetlinkSocket:
             raise NetlinkError(e.errno or errno.EIO, f"netlink receive: {e.strerror}") from e
         return bytes(memoryview(self._buf)[:n])
 
-    def _answer(self, seq: int, flags: int) -> tuple[list[Any], int]:
+    def _answer(self, seq: int, flags: int, marshal: Marshal) -> tuple[list[Any], int]:
         """Read the answer of request ``seq`` (messages of other sequence
         numbers, left over from an abandoned request, are skipped; what
         follows the answer's end in its datagram is kept for the next)."""
@@ -215,7 +219,7 @@ class NetlinkSocket:
         out: list[Any] = []
         interrupted = False
         while True:
-            msgs = self._pending or list(self.marshal.parse(self._recv()))
+            msgs = self._pending or list(marshal.parse(self._recv()))
             self._pending = []
             for i, msg in enumerate(msgs):
                 hdr = msg["header"]

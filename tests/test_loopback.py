@@ -124,8 +124,8 @@ def test_add_again_when_up_and_after_del(loopback, node_netns, pod_netns):
 
 
 def test_a_non_loopback_address_is_999_and_lo_stays_down(loopback, node_netns, pod_netns):
-    """Go's error text, naming the address without its prefix; Go has set
-    ``lo`` up by then and leaves it so, we check before touching it."""
+    """Go's error text, naming the address without its prefix; Go leaves
+    ``lo`` up, we put it back down as we found it."""
     with NetNS.open(pod_netns.path) as ns, ns.iproute() as ipr:
         netlink.add_address(ipr, "lo", "10.9.9.9/32")
     with pytest.raises(CNIError) as ei:

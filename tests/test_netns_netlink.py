@@ -45,6 +45,7 @@ from cni_skel.netlink import (
     ensure_bridge,
     find_link,
     link_down,
+    link_flags,
     link_index,
     link_set,
     link_up,
@@ -347,8 +348,10 @@ def test_link_up_down_lo(make_ns, sock):
         link_up(ipr, "lo")
         assert _flags(ipr, "lo") & IFF_UP
         assert find_link(ipr, "lo").up is True
+        assert link_flags(ipr, "lo") == link_flags(ipr, 1) == find_link(ipr, "lo").flags
         link_down(ipr, "lo")
         assert not _flags(ipr, "lo") & IFF_UP
+        assert not link_flags(ipr, 1) & IFF_UP
         assert find_link(ipr, 1).name == "lo"
 
 
@@ -358,6 +361,7 @@ def test_find_link_missing(make_ns, sock):
         assert find_link(ipr, "nope0") is None
         assert find_link(ipr, "x" * 20) is None
         assert find_link(ipr, "") is None
+        assert link_flags(ipr, "nope0") is link_flags(ipr, 999) is link_flags(ipr, "") is None
         with pytest.raises(LinkNotFound) as ei:
             link_index(ipr, "nope0")
         assert ei.value.code == 999
