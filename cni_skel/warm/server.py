@@ -194,8 +194,6 @@ LINGER = 30.0
 #: ``max_processes``, before it forks one more: a pool of stuck or slow calls
 #: (a delegate that calls back into this worker, a DHCP lease) keeps moving.
 STALL = 1.0
-
-
 #: ``Worker(mount_namespace=)``: enter the launcher's, or keep the worker's own.
 MOUNT_NAMESPACES = ("caller", "own")
 #: sd_listen_fds(3): the first passed fd.
@@ -552,7 +550,6 @@ class Worker:
         self.respawn_at = 0.0
         self.at_cap = False
         self.freed_at = 0.0  # monotonic time a serving process last became free
-        self.over = 0  # processes forked past max_processes, still counted there
 
     def serve(self) -> int:
         """Import, listen, serve until asked to stop; returns an exit status."""
@@ -688,7 +685,7 @@ class Worker:
         idle = sum(not c.busy and not c.retiring for c in self.children.values())
         hard = MAX_CHILDREN - len(self.children)
         want = min(self.spares - idle, hard, self.max_processes - len(self.children))
-        if want <= 0 and not idle and hard > 0 and self._stalled():
+        if want <= 0 and hard > 0 and self._stalled():
             _log(self.log, "", f"no serving process freed for {STALL:g} s and calls wait: "
                                f"one more than --max-processes ({self.max_processes})")
             self.freed_at, want = time.monotonic(), 1
