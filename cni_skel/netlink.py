@@ -42,17 +42,21 @@ import ipaddress
 import os
 import re
 import socket
+import struct
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pyroute2.netlink import (
+    NLA_F_NESTED,
+    NLA_F_NET_BYTEORDER,
     NLM_F_ACK,
     NLM_F_CREATE,
     NLM_F_DUMP,
     NLM_F_ECHO,
     NLM_F_EXCL,
     NLM_F_REQUEST,
+    nla_slot,
 )
 from pyroute2.netlink.exceptions import NetlinkDumpInterrupted, NetlinkError
 from pyroute2.netlink.marshal import Marshal
@@ -192,10 +196,14 @@ def _call(op: str, target: object, fn: Callable[..., Any], *args: Any,
             raise CNIError(ERR_INVALID_NETWORK_CONFIG, f"{op} {target}: {e}") from e
 
 
-def _send(ipr: Socket, msg: Any, msg_type: int, flags: int) -> Any:
-    """One request on either kind of socket: its answer messages."""
+def _send(ipr: Socket, msg: Any, msg_type: int, flags: int,
+          marshal: Marshal | None = None) -> Any:
+    """One request on either kind of socket: its answer messages
+    (``marshal``: parses an `Rtnl`'s answer instead of its own)."""
     if isinstance(ipr, Rtnl):
-        return ipr.request(msg, msg_type, flags)
+        if marshal is None:
+            return ipr.request(msg, msg_type, flags)
+        return ipr.request(msg, msg_type, flags, marshal=marshal)
     # pyroute2 0.9.7's IPRoute.nlm_request fails on a missing status key;
     # nlm_request_batch is the same request (it answers only requests that
     # ask for an ACK or a dump, so a GET asks for the ACK, as IPRoute's do).
@@ -207,22 +215,24 @@ def _send(ipr: Socket, msg: Any, msg_type: int, flags: int) -> Any:
 
 
 def _request(op: str, target: object, ipr: Socket, msg: Any, msg_type: int, flags: int,
-             ignore: tuple[int, ...] = ()) -> Any:
+             ignore: tuple[int, ...] = (), marshal: Marshal | None = None) -> Any:
     """`_call` of one prepared message: its answer, None for an ignored errno."""
-    return _call(op, target, _send, ipr, msg, msg_type, flags, ignore=ignore)
+    return _call(op, target, _send, ipr, msg, msg_type, flags, marshal, ignore=ignore)
 
 
 def _built(op: str, target: object, ipr: Socket, kind: str, command: str, /, *,
-           echo: bool = False, ignore: tuple[int, ...] = (), **kwargs: Any) -> Any:
+           echo: bool = False, ignore: tuple[int, ...] = (), marshal: Marshal | None = None,
+           **kwargs: Any) -> Any:
     """`_request` of a message pyroute2's request filters build from
     keywords (`cni_skel.rtnl.build`); ``echo``: NLM_F_ECHO on an `Rtnl`
-    (pyroute2's socket is not asked for it)."""
+    (pyroute2's socket is not asked for it), its answer parsed by
+    ``marshal`` when given."""
 
     def send() -> Any:
         msg, msg_type, flags = build(kind, command, strict_check=_strict(ipr), **kwargs)
         if echo and isinstance(ipr, Rtnl):
             flags |= NLM_F_ECHO
-        return _send(ipr, msg, msg_type, flags)
+        return _send(ipr, msg, msg_type, flags, marshal)
 
     return _call(op, target, send, ignore=ignore)
 
@@ -328,6 +338,55 @@ def _link_summary(msg: Any) -> Link:
     )
 
 
+class _ifinfmsg_summary(ifinfmsg):
+    """An ``ifinfmsg`` that decodes only the attributes `_link_summary`
+    reads. pyroute2 makes an object of each of the ~40 attributes a link
+    carries (stats, AF_SPEC, ...): a `Link` read this way costs ~0.1 ms
+    instead of ~0.25. The kept ones are decoded by pyroute2's own classes,
+    from its compiled table; a pyroute2 without that table decodes them
+    all."""
+
+    _KEEP = ("IFLA_IFNAME", "IFLA_ADDRESS", "IFLA_MTU", "IFLA_TXQLEN", "IFLA_OPERSTATE",
+             "IFLA_LINKINFO", "IFLA_MASTER", "IFLA_LINK")
+    _keep: dict[int, Any] | None = None
+
+    def _table(self) -> dict[int, Any] | None:
+        cls = type(self)
+        if cls._keep is None:
+            # pyroute2's table, compiled when the first message was made
+            table = getattr(cls, "_nlmsg_base__t_nla_map", None)
+            if not isinstance(table, dict):
+                return None
+            cls._keep = {t: prime for t, prime in table.items()
+                         if isinstance(t, int) and prime.get("name") in cls._KEEP}
+        return cls._keep
+
+    def decode_nlas(self, offset: int) -> None:
+        keep = self._table()
+        if keep is None or len(keep) != len(self._KEEP):
+            return super().decode_nlas(offset)
+        data, end, attrs = self.data, self.offset + self.length, self["attrs"]
+        while offset <= end - 4:
+            length, nla_type = struct.unpack_from("HH", data, offset)
+            length = min(max(length, 4), end - offset)
+            prime = keep.get(nla_type & _NLA_TYPE_MASK)
+            if prime is not None:  # as pyroute2's decode_nlas does it
+                nla = prime["class"](data=data, offset=offset, parent=self, length=length,
+                                     init=prime["init"])
+                nla._nla_array = prime["nla_array"]
+                nla._nla_flags = nla_type & ~_NLA_TYPE_MASK
+                attrs.append(nla_slot(prime["name"], nla))
+            offset += (length + 3) & ~3
+
+
+class _MarshalLinkSummary(Marshal):
+    msg_map = {RTM_NEWLINK: _ifinfmsg_summary}
+
+
+_LINK_SUMMARY = _MarshalLinkSummary()
+_NLA_TYPE_MASK = ~(NLA_F_NESTED | NLA_F_NET_BYTEORDER)
+
+
 def _link_msg(name: Link | str | int) -> Any:
     """An ``ifinfmsg`` naming the link: by index (a `Link`, an int), else by
     IFLA_IFNAME (the kernel looks it up: no GET of ours)."""
@@ -361,7 +420,7 @@ def find_link(ipr: Socket, name: Link | str | int) -> Link | None:
     msg = _link_msg(name)
     target = name.index if isinstance(name, Link) else name
     msgs = _request("get link", target, ipr, msg, RTM_GETLINK, NLM_F_REQUEST,
-                    ignore=(errno.ENODEV,))
+                    ignore=(errno.ENODEV,), marshal=_LINK_SUMMARY)
     if not msgs:
         return None
     return _link_summary(msgs[0])
@@ -646,7 +705,8 @@ def create_veth_pair(
         kwargs["master"] = link_index(ipr, master)
     kwargs["peer"] = peer
     try:
-        answer = _built("create veth", name, ipr, "link", "add", echo=True, **kwargs)
+        answer = _built("create veth", name, ipr, "link", "add", echo=True,
+                        marshal=_LINK_SUMMARY, **kwargs)
     except CNIError as e:
         if _errno_of(e) == errno.EEXIST:
             taken = name

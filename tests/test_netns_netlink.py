@@ -26,6 +26,7 @@ from pyroute2.netlink.exceptions import NetlinkDumpInterrupted, NetlinkError
 from pyroute2.netlink.rtnl import RTM_GETLINK, RTM_NEWLINK
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
+from cni_skel import netlink
 from cni_skel.errors import CNIError
 from cni_skel.netlink import (
     Link,
@@ -139,9 +140,9 @@ def _requests(ipr):
     if isinstance(ipr, Rtnl):
         real = ipr.request
 
-        def request(msg, msg_type, flags):
+        def request(msg, msg_type, flags, **kw):
             sent.append(msg_type)
-            return real(msg, msg_type, flags)
+            return real(msg, msg_type, flags, **kw)
 
         ipr.request = request
         try:
@@ -587,6 +588,30 @@ def test_find_link_is_typed_and_helpers_take_it_without_a_lookup(make_ns, sock):
             delete_link(ipr, link, missing_ok=False)
 
 
+def test_find_link_on_rtnl_reads_what_a_whole_decode_reads(make_ns):
+    """On an `Rtnl`, find_link and a veth's creation decode only the
+    attributes a Link holds; the Link equals one made from pyroute2's whole
+    ifinfmsg, for every kind of link a plugin meets."""
+    a, b = make_ns(), make_ns()
+    with a.rtnl() as ipr, a.iproute() as full, b.rtnl() as pipr:
+        br = ensure_bridge(ipr, "tbr0", mtu=1400)
+        link_up(ipr, br)
+        made, peer = create_veth_pair(ipr, "th0", "tc0", b, mtu=1400, master=br,
+                                      mac="0a:58:0a:01:02:03", peer_ipr=pipr)
+        link_set(ipr, made, txqlen=77, up=True, promisc=True)
+        for name in ("lo", "tbr0", "th0"):
+            whole = full.link("get", ifname=name)[0]
+            assert find_link(ipr, name) == netlink._link_summary(whole), name
+        assert made == dataclasses.replace(netlink._link_summary(
+            full.link("get", ifname="th0")[0]), up=False, flags=made.flags, operstate="DOWN",
+            txqlen=made.txqlen)
+        assert (made.kind, made.master, made.mac, made.mtu) == ("veth", br.index,
+                                                                "0a:58:0a:01:02:03", 1400)
+        got = find_link(ipr, "th0")
+        assert (got.txqlen, got.up, got.flags & IFF_PROMISC) == (77, True, IFF_PROMISC)
+        assert got.peer_index == peer.index and peer.kind == "veth"
+
+
 # ---------------------------------------------------------------------------
 # the SDK's rtnetlink socket (cni_skel.rtnl / cni_skel.nlsock)
 
@@ -683,8 +708,8 @@ def test_rtnl_dumps_are_filtered_by_the_kernel(make_ns):
         raw = []
         real = ipr.request
 
-        def request(msg, msg_type, flags):
-            raw.append(real(msg, msg_type, flags))
+        def request(msg, msg_type, flags, **kw):
+            raw.append(real(msg, msg_type, flags, **kw))
             return raw[-1]
 
         ipr.request = request

@@ -353,15 +353,19 @@ _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 def _caps(pid: int | str) -> dict[str, int]:
     """The capability sets (bit masks) and no_new_privs of process ``pid``
     (``"self"``), from /proc/<pid>/status."""
+    fd = os.open(f"/proc/{pid}/status", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        text = os.read(fd, 65536)  # one read: the kernel renders it whole (~1.5 KiB)
+    finally:
+        os.close(fd)
     out: dict[str, int] = {}
-    with open(f"/proc/{pid}/status") as fp:
-        for line in fp:
-            key, _, value = line.partition(":")
-            if key in _CAP_FIELDS:
-                out[key] = int(value.strip(), 16 if key.startswith("Cap") else 10)
-    missing = [k for k in _CAP_FIELDS if k not in out]
-    if missing:
-        raise OSError(f"/proc/{pid}/status lacks {', '.join(missing)}")
+    for key in _CAP_FIELDS:
+        start = text.find(b"\n" + key.encode() + b":")
+        if start < 0:
+            raise OSError(f"/proc/{pid}/status lacks {key}")
+        start += len(key) + 2
+        end = text.find(b"\n", start)
+        out[key] = int(text[start:end if end >= 0 else None], 16 if key[:3] == "Cap" else 10)
     return out
 
 
