@@ -77,6 +77,19 @@ def log(msg: str) -> None:
 # --- statistics -----------------------------------------------------------------
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """(all, idle + iowait) jiffies of the machine's CPUs (/proc/stat)."""
+    with open("/proc/stat") as fp:
+        values = [int(v) for v in fp.readline().split()[1:]]
+    return sum(values), values[3] + values[4]
+
+
+def busy_share(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    """The share of the machine's CPU time that was busy between two `cpu_ticks`."""
+    total = after[0] - before[0]
+    return None if total <= 0 else 1 - (after[1] - before[1]) / total
+
+
 def med(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
@@ -105,6 +118,10 @@ def ms(x: float | None, digits: int = 1) -> str:
 
 def mib(kib: float | None) -> str:
     return "-" if kib is None else f"{kib / MiB:.1f}"
+
+
+def pct(share: float | None) -> str:
+    return "-" if share is None else f"{share * 100:.0f}%"
 
 
 def rx(r: float | None) -> str:
@@ -452,7 +469,9 @@ class Bench:
 
         tags = {"workers": workers}
         helper0 = mode.helper_cpu()
+        ticks0 = cpu_ticks()
         add = mode.node.request({"op": "batch", "workers": workers, "calls": reqs("ADD", None)})
+        ticks1 = cpu_ticks()
         results = [self.record(mode, "bridge", "ADD", r, sc, record, tags)[1]
                    for r in add["results"]]
         ips = [ip["address"].split("/")[0] for doc in results if doc for ip in doc["ips"]]
@@ -461,8 +480,10 @@ class Bench:
         dups = len(ips) - len(set(ips))
         if len(live["ips"]) != len(set(ips)) or len(live["ports"]) != len(ips):
             dups += abs(len(live["ips"]) - len(set(ips)))
+        ticks2 = cpu_ticks()
         dele = mode.node.request({"op": "batch", "workers": workers,
                                   "calls": reqs("DEL", results)})
+        ticks3 = cpu_ticks()
         for r in dele["results"]:
             self.record(mode, "bridge", "DEL", r, sc, record, tags)
         after = mode.node.request({"op": "inspect", "store": os.path.join(store, "churnnet"),
@@ -475,6 +496,8 @@ class Bench:
         # plugin processes (wait4) plus helpers they hand work to (the warm worker)
         cpu = sum(r["cpu"] for r in calls) + mode.helper_cpu() - helper0
         return {"pods": n, "seconds": add["wall"] + dele["wall"],
+                "add_seconds": add["wall"], "del_seconds": dele["wall"],
+                "add_busy": busy_share(ticks0, ticks1), "del_busy": busy_share(ticks2, ticks3),
                 "pods_per_s": n / (add["wall"] + dele["wall"]), "cpu_per_pod": cpu / n,
                 "p99": p99([r["wall"] for r in calls if r["code"] == 0]),
                 "errors": len(self.errors) - errors0, "duplicates": dups, "leaks": leaks}
@@ -827,13 +850,17 @@ class Bench:
         w("All pods ADDed by N workers, duplicates checked while all are live, then DELed; "
           "leaks = veths, bridge ports or IP files left. CPU: the plugin processes (wait4) "
           "plus, in warm mode, the worker's whole process tree. p99 of every call's wall "
-          "time.\n")
+          "time. ADD / DEL s: the round's two phases (all ADDs, then all DELs), with the "
+          "share of the machine's CPU time that was busy in each (/proc/stat).\n")
         w("| workers | mode | pods/s | vs Go | CPU/pod ms | vs Go | p99 call ms | vs Go | errors "
-          "| duplicates | leaks |")
-        w("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| duplicates | leaks | ADD / DEL s (CPU busy) |")
+        w("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for wk, res in self.results.get("churn", {}).items():
             for m, o in sorted(res.items(), key=lambda kv: kv[0] != "go"):
-                w(f"| {wk} | {m} | " + self.churn_cells(o, res.get("go", {})))
+                phases = (f" {o['add_seconds']:.2f} ({pct(o['add_busy'])}) / "
+                          f"{o['del_seconds']:.2f} ({pct(o['del_busy'])}) |"
+                          if "add_seconds" in o else " - |")
+                w(f"| {wk} | {m} | " + self.churn_cells(o, res.get("go", {})) + phases)
 
         # chain churn
         cc = self.results.get("chain_churn", {})
