@@ -1507,9 +1507,8 @@ def _rehearse(plugins: dict[str, Any]) -> None:
     version's shape, netlink reads in the worker's own namespace): in the
     parent before it forks (each serving process then shares that warm-up:
     an idle one owns 4.7 MiB instead of 5.4), and again in each serving
-    process while idle, so
-    that its copy-on-write faults come before a request. Read-only;
-    failures do not matter."""
+    process while idle, so that its copy-on-write faults come before a
+    request. Read-only; failures do not matter."""
     for cls in plugins.values():
         with contextlib.suppress(Exception):
             load_config(cls, {"cniVersion": "1.1.0", "name": "warm", "type": cls.name})
