@@ -19,7 +19,8 @@ PY       := $(VENV)/bin/python
 SYS_PKGS := iproute2 nftables libnftables1 containernetworking-plugins python3 python3-venv \
             containerd runc busybox-static gcc libc6-dev systemd mmdebstrap buildah
 
-.PHONY: all deps venv demo test install image lint docs dist-check bench bench-quick fuzz clean
+.PHONY: all deps venv demo test install image lint api api-check docs dist-check bench bench-quick
+.PHONY: fuzz clean
 
 all: test
 
@@ -64,6 +65,16 @@ image: deps venv
 
 lint: venv
 	$(VENV)/bin/ruff check .
+
+# The public API as text (griffe): api/cni_skel.txt, one line per public name.
+# `make api` rewrites it after a change to the surface; api-check (CI) fails when
+# it is stale or a change since the last release (api/cni_skel-VERSION.txt) is
+# not named in CHANGELOG.md (.ci/api_surface.py; docs/stability.md).
+api: venv
+	$(PY) .ci/api_surface.py write
+
+api-check: venv
+	$(PY) .ci/api_surface.py check
 
 # The API reference built from the docstrings (pdoc) into build/api/index.html;
 # CI runs it, and any warning (an annotation it cannot resolve...) fails it.

@@ -19,6 +19,15 @@ imports only what it needs; ``from cni_skel import Plugin`` costs the stdlib.
     setup_ip_masq, teardown_ip_masq, masquerade per network, flat per pod
     gc_ip_masq, check_ip_masq        (cni_skel.masq; Go's ip.SetupIPMasq/TeardownIPMasq)
 
+What is public (docs/stability.md): the names above (``PUBLIC``), and in
+each submodule named in ``PUBLIC_MODULES`` the names in its ``__all__``
+(``cni_skel.netlink.find_link``, ``cni_skel.runtime.Runtime``...). Anything
+else (a name with a leading underscore, a name outside a module's
+``__all__``, a module not listed: ``cni_skel.warm.*``, the ``cni_skel.cli``
+commands' modules, ``cni_skel.startup``...) is internal and may change in any
+release. A public name changes only with a CHANGELOG.md entry, and one that
+goes away first warns (DeprecationWarning) for at least one minor release.
+
 Each name's own help says more (``help(cni_skel.Plugin)``); docs/tutorial.md
 walks through a plugin, and ``make docs`` builds the API reference.
 """
@@ -73,7 +82,7 @@ if TYPE_CHECKING:
     from .veth import setup_veth as setup_veth
 del TYPE_CHECKING
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _EXPORTS = {
     "Plugin": "skel", "dispatch": "skel",
@@ -99,15 +108,29 @@ _EXPORTS = {
 # _EXPORTS plus Rollback/rollback, pinned by tests/test_exported_members.py.
 PUBLIC = (*_EXPORTS, "Rollback", "rollback")
 
+#: The submodules whose ``__all__`` is public API, as dotted names below
+#: ``cni_skel`` (docs/stability.md; the snapshot in api/ covers exactly these).
+PUBLIC_MODULES = (
+    "args", "cli", "config", "conntrack", "env", "errors", "gorules", "harness", "invoke",
+    "ipam", "masq", "model", "netlink", "netns", "nft", "rollback", "rtnl", "runtime", "skel",
+    "state", "sysctl", "tags", "testing", "types", "version", "veth",
+)
+
+
+# Deprecated top-level names (cni_skel.compat.DEPRECATED), served but not in
+# PUBLIC or dir(); the function itself warns when called.
+_OLD_EXPORTS = {"ipam_add_guard": "invoke"}
+
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
+    module = _EXPORTS.get(name) or _OLD_EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'cni_skel' has no attribute {name!r}")
     import importlib
 
     value = getattr(importlib.import_module(f"cni_skel.{module}"), name)
-    globals()[name] = value
+    if name in _EXPORTS:
+        globals()[name] = value
     return value
 
 

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
+from . import compat
 from .errors import ERR_INVALID_NETWORK_CONFIG, ERR_UNSUPPORTED_FIELD, CNIError
 from .model import CNIModel
 from .tags import attachment_tag
@@ -179,3 +180,8 @@ def config_error(exc: ValidationError, *, what: str = "network config") -> CNIEr
     msg = (f"unsupported field in {what}: {first}" if code == ERR_UNSUPPORTED_FIELD
            else f"invalid {what}: {first}")
     return CNIError(code, msg, "; ".join(parts))
+
+
+# Deprecated since 0.2.0 (gone in 0.3.0): 0.1.0's name of GCAttachment (it
+# was a model built with containerID=; the dataclass takes container_id=).
+__getattr__ = compat.module_getattr(__name__, {"ValidAttachment": lambda: GCAttachment})

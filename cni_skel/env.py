@@ -140,7 +140,11 @@ class CmdArgs:
 
     @property
     def cni_args(self) -> Any:
-        """The old name of `typed_args` (kept for plugins written before 0.2)."""
+        """Deprecated since 0.2.0 (gone in 0.3.0): the old name of
+        `typed_args`; warns (DeprecationWarning)."""
+        from .compat import warn  # noqa: PLC0415 (env is on the VERSION path; warnings is not)
+
+        warn("cni_skel.env.CmdArgs.cni_args")
         return self.typed_args
 
     def replace(self, **changes: Any) -> CmdArgs:

@@ -10,6 +10,7 @@ the node namespace's own /sys).
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import ipaddress
 import itertools
@@ -24,8 +25,10 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,7 +45,7 @@ from .warm.install import (
     write_executable,
     write_units,
 )
-from .warm.protocol import REQUIRED_ENV
+from .warm.protocol import REQUIRED_ENV, WARNINGS_ENV
 
 __all__ = [
     "PluginRun",
@@ -78,8 +81,17 @@ class TestNetNS:
 
 
 def create_netns(prefix: str = "cnsk") -> TestNetNS:
-    """Create a uniquely named netns (``<prefix>-<pid>-<SUITE_TAG>-<n>``)
-    with ``lo`` down."""
+    """Create a network namespace named ``<prefix>-<pid>-<SUITE_TAG>-<n>``
+    (``pid``: this process, ``SUITE_TAG``: 6 random hex digits per process,
+    ``n``: a counter), e.g. ``cnsk-node-4242-a1b2c3-0``, with only ``lo``,
+    down; its ``path`` is ``/run/netns/<name>``. ``prefix`` is yours to pick
+    (a file name: no ``/``) so that ``ip netns list`` tells your suite's
+    namespaces apart. Nothing removes it but `remove_netns` (the
+    ``netns_factory`` fixture of `cni_skel.testing` calls it at teardown).
+
+    Raises:
+        OSError: the namespace cannot be made (not root; the name taken).
+    """
     name = f"{prefix}-{os.getpid()}-{SUITE_TAG}-{next(_counter)}"
     ip_netns.create(name)
     return TestNetNS(name, os.path.join(NETNS_DIR, name))
@@ -265,6 +277,12 @@ def run_plugin_raw(executable: str, command: str, config: Mapping[str, Any] | by
     passed through from this process's environment when set (not with
     ``replace_env``).
 
+    Warnings the plugin raised (its DeprecationWarnings included) are raised
+    again here, with the plugin's file, line and module, so pytest lists
+    them and ``-W error::DeprecationWarning`` fails the test: for a one-shot
+    executable (`install_plugin`'s default; not with ``replace_env``, nor
+    for calls a worker serves).
+
     Asserts the protocol's output rule: stdout is empty or exactly one JSON
     document, and never a Python traceback.
     """
@@ -292,8 +310,12 @@ def run_plugin_raw(executable: str, command: str, config: Mapping[str, Any] | by
     argv = [executable]
     if node is not None:
         argv = ["ip", "netns", "exec", node.name, executable]
-    proc = subprocess.run(argv, input=stdin, env=child_env, capture_output=True,
-                          timeout=timeout, check=False)
+    with tempfile.TemporaryDirectory(prefix="cnsk-warnings-") as tmp:
+        if not replace_env and WARNINGS_ENV not in child_env:
+            child_env[WARNINGS_ENV] = os.path.join(tmp, "warnings.jsonl")
+        proc = subprocess.run(argv, input=stdin, env=child_env, capture_output=True,
+                              timeout=timeout, check=False)
+        _raise_again(child_env.get(WARNINGS_ENV, ""), tmp)
     out = proc.stdout
     assert b"Traceback (most recent call last)" not in out, out.decode(errors="replace")
     doc = None
@@ -303,6 +325,21 @@ def run_plugin_raw(executable: str, command: str, config: Mapping[str, Any] | by
         except ValueError as exc:
             raise AssertionError(f"stdout is not one JSON document: {out[:500]!r}") from exc
     return PluginRun(proc.returncode, out, doc, proc.stderr.decode("utf-8", "replace"))
+
+
+def _raise_again(path: str, tmp: str) -> None:
+    """Raise here the warnings a plugin process recorded in ``path``
+    (`cni_skel.skel.run_plugin_main`), when it is ours (in ``tmp``)."""
+    if os.path.dirname(path) != tmp or not os.path.exists(path):
+        return
+    with open(path, encoding="utf-8") as fp:
+        entries = [json.loads(line) for line in fp if line.strip()]
+    for entry in entries:
+        category = getattr(builtins, entry["category"], None)
+        if not (isinstance(category, type) and issubclass(category, Warning)):
+            category = UserWarning
+        warnings.warn_explicit(entry["message"], category, entry["filename"], entry["lineno"],
+                               module=entry["module"] or None)
 
 
 def run_plugin(executable: str, command: str, config: Mapping[str, Any] | bytes | str,

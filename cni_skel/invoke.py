@@ -11,19 +11,27 @@ How a delegate is found and run is an `Exec` (Go ``invoke.Exec``, libcni's
 ``CNIConfig{exec}``): `SubprocessExec` by default; the warm worker passes its
 own into `cni_skel.skel.dispatch`, which carries it on `CmdArgs.exec`, so a
 delegate it serves itself runs without a new process. Tests may pass a fake.
+
+A delegate that must see another config than ours (an ``ipam`` section with
+a subnet filled in; a meta plugin's delegate) gets one built by
+`delegate_config`, which carries over what the runtime put in ours.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
+import re
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from json.decoder import scanstring
 from typing import IO, Any, Protocol
 
+from . import compat
 from .env import CmdArgs
 from .errors import (
     ERR_DECODING_FAILURE,
@@ -33,7 +41,7 @@ from .errors import (
     ERR_TRY_AGAIN_LATER,
     CNIError,
 )
-from .rollback import Rollback
+from .rollback import Rollback, rollback
 from .types import parse_result
 
 __all__ = [
@@ -43,6 +51,7 @@ __all__ = [
     "SubprocessExec",
     "delegate_add",
     "delegate_check",
+    "delegate_config",
     "delegate_del",
     "delegate_gc",
     "delegate_status",
@@ -50,6 +59,7 @@ __all__ = [
     "find_plugin",
     "get_version_info",
     "ipam_add",
+    "ipam_add_guard",
     "plugin_outcome",
 ]
 
@@ -255,6 +265,198 @@ def ipam_add(undo: Rollback, plugin_type: str, stdin_data: bytes, args: CmdArgs,
     undo.callback(f"IPAM DEL ({plugin_type})", delegate_del, plugin_type, stdin_data, args,
                   timeout=timeout, stderr=stderr)
     return result
+
+
+def ipam_add_guard(plugin_type: str, stdin_data: bytes, args: CmdArgs, *,
+                   version: str | None = None, timeout: float | None = None,
+                   stderr: IO[str] | None = None) -> contextlib.AbstractContextManager[Any]:
+    """Deprecated since 0.2.0 (gone in 0.3.0): use `cni_skel.rollback.rollback`
+    with `ipam_add`. 0.1.0's guard, kept working: a context manager that runs
+    IPAM ADD (`delegate_add`) and yields its result; if the block raises,
+    IPAM DEL runs before the error propagates (a failing DEL is reported on
+    ``stderr``). Warns (DeprecationWarning) when called.
+
+    Raises:
+        CNIError: as `delegate_add`, on entering.
+    """
+    compat.warn("cni_skel.invoke.ipam_add_guard")
+    return _ipam_add_guard(plugin_type, stdin_data, args, version=version, timeout=timeout,
+                           stderr=stderr)
+
+
+@contextlib.contextmanager
+def _ipam_add_guard(plugin_type: str, stdin_data: bytes, args: CmdArgs, *,
+                    version: str | None, timeout: float | None,
+                    stderr: IO[str] | None) -> Iterator[Any]:
+    with rollback(f"IPAM {plugin_type}", stderr=stderr) as undo:
+        yield ipam_add(undo, plugin_type, stdin_data, args, version=version, timeout=timeout,
+                       stderr=stderr)
+
+
+#: Gone in 0.2.0 (the worker passes an `Exec` instead); calling it raises
+#: RuntimeError naming the replacement.
+set_in_process_runner = compat.removed("cni_skel.invoke.set_in_process_runner")
+
+
+# What the runtime puts in a plugin's config, carried to a delegate by
+# `delegate_config` whatever else it drops (compared case-folded).
+_PROTOCOL_KEYS = frozenset(k.lower() for k in (
+    "cniVersion", "name", "prevResult", "runtimeConfig", "args",
+    "cni.dev/valid-attachments", "cni.dev/attachments"))
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+def delegate_config(stdin_data: bytes | str, changes: Mapping[str, Any] | None = None, *,
+                    drop: Iterable[str] = (), protocol_only: bool = False) -> bytes:
+    """Config bytes for a delegate, built from the config this plugin
+    received (``stdin_data``: `CmdArgs.stdin_data`); pass them to
+    `ipam_add`, `delegate_add`, `delegate_del`... in its place.
+
+    What the runtime put in our config reaches the delegate unchanged:
+    ``cniVersion``, ``name``, ``prevResult``, ``runtimeConfig`` (the
+    capability args), ``args``, and GC's ``cni.dev/valid-attachments`` (and
+    libcni's older ``cni.dev/attachments``). Every other key is carried over
+    too (the spec: a delegate gets the config we got), unless
+    ``protocol_only``: then the delegate's config starts from those keys
+    alone, for a meta plugin whose own keys mean nothing to its delegate
+    (flannel delegating to bridge).
+
+    ``changes``: keys to set, in order: a key we received is replaced in its
+    place, a new one is appended. Values are JSON values (dict, list, str,
+    int, float, bool, None); a `cni_skel.types.Result` goes in as
+    ``result.to_version(conf.cni_version)``. ``drop``: keys to remove
+    (absent ones are fine). Keys match case-insensitively, as a delegate's
+    decoder matches them (Go's encoding/json, `cni_skel.model.CNIModel`):
+    setting ``ipam`` replaces a received ``IPAM``, so the delegate never sees
+    both.
+
+    The bytes: every member kept is copied as received, text for text
+    (numbers, string escapes, non-ASCII text, whitespace inside it), in the
+    received order; only the whitespace between top-level members goes (the
+    output is compact, as Go's ``json.Marshal``). New values are encoded by
+    ``json.dumps`` (non-ASCII as is). A key received twice counts once, in
+    its first place with its last value (what the plugin itself read). The
+    same inputs always give the same bytes, so DEL, CHECK, STATUS and GC can
+    rebuild the config ADD's delegate got.
+
+    Source: CNI spec 1.1.0 "Delegated plugins (IPAM)"; libcni
+    ``buildOneConfig`` (name, cniVersion, prevResult and runtimeConfig
+    injected into each plugin's config) and ``GCNetworkList`` (the valid
+    attachments); flannel-io/cni-plugin ``cmdAdd``/``doCmdAdd`` (the
+    delegate gets flannel's name, cniVersion and runtimeConfig, then its own
+    type and ipam); Multus ``CmdGC`` (each delegate's config gets name,
+    cniVersion and the valid attachments). Go rebuilds such a config from a
+    ``map[string]interface{}``, which sorts keys and sends numbers through
+    float64; here nothing kept is re-encoded.
+
+    Raises:
+        CNIError: code 6 when ``stdin_data`` is not a JSON object (not JSON,
+            not UTF-8/16/32, or another JSON value), as the skel answers it.
+        TypeError: a key that is not a string, ``drop`` given as one string,
+            or a value JSON cannot encode (its key named).
+        ValueError: a key both set and dropped, or set twice (case-folded);
+            NaN or an infinity in a value.
+    """
+    text = _config_text(stdin_data)
+    sets = _encoded_changes(changes or {})
+    if isinstance(drop, (str, bytes)):
+        raise TypeError("drop takes an iterable of keys, not a single string")
+    dropped = set()
+    for key in drop:
+        if not isinstance(key, str):
+            raise TypeError(f"drop: keys are strings, got {key!r}")
+        dropped.add(key.lower())
+    both = dropped.intersection(sets)
+    if both:
+        raise ValueError(f"delegate_config: {sorted(both)} both set and dropped")
+
+    received: dict[str, tuple[str, str]] = {}  # key -> (key text, value text)
+    for key, key_text, value_text in _members(text):
+        received[key] = (key_text, value_text)  # a repeated key: first place, last value
+    out: dict[tuple[bool, str], tuple[str, str]] = {}
+    for key, member in received.items():
+        folded = key.lower()
+        if folded in sets:
+            out.setdefault((True, folded), sets[folded])  # in its first spelling's place
+        elif folded not in dropped and (not protocol_only or folded in _PROTOCOL_KEYS):
+            out[(False, key)] = member
+    for folded, member in sets.items():
+        out.setdefault((True, folded), member)
+    body = ",".join(f"{key_text}:{value_text}" for key_text, value_text in out.values())
+    # surrogatepass: what json.loads let through comes out as it came in
+    return ("{" + body + "}").encode("utf-8", "surrogatepass")
+
+
+def _config_text(stdin_data: bytes | str) -> str:
+    """``stdin_data`` as text, decoded as `json.loads` decodes bytes (which
+    is how the skel read it), once known to hold a JSON object.
+
+    Raises:
+        CNIError: code 6 otherwise.
+    """
+    try:
+        if isinstance(stdin_data, str):
+            text = stdin_data
+        else:
+            data = bytes(stdin_data)
+            text = data.decode(json.detect_encoding(data), "surrogatepass")
+        doc = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CNIError(ERR_DECODING_FAILURE, f"error unmarshall network config: {exc}") \
+            from None
+    except RecursionError:
+        raise CNIError(ERR_DECODING_FAILURE, "error unmarshall network config: nested "
+                       "too deeply") from None
+    if not isinstance(doc, dict):
+        raise CNIError(ERR_DECODING_FAILURE, "error unmarshall network config: "
+                       f"expected a JSON object, got {type(doc).__name__}")
+    return text
+
+
+def _members(text: str) -> list[tuple[str, str, str]]:
+    """(key, key as written, value as written) of each member of the JSON
+    object ``text`` (known valid), in order."""
+    decoder = json.JSONDecoder()
+    found = []
+    idx = _WS.match(text, _WS.match(text).end() + 1).end()  # past "{"
+    while text[idx] != "}":
+        key, end = scanstring(text, idx + 1)
+        key_text = text[idx:end]
+        idx = _WS.match(text, _WS.match(text, end).end() + 1).end()  # past ":"
+        _, end = decoder.raw_decode(text, idx)
+        found.append((key, key_text, text[idx:end]))
+        idx = _WS.match(text, end).end()
+        if text[idx] == ",":
+            idx = _WS.match(text, idx + 1).end()
+    return found
+
+
+def _encoded_changes(changes: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """Case-folded key -> (key text, value text) of each change, as JSON."""
+    encoded: dict[str, tuple[str, str]] = {}
+    for key, value in changes.items():
+        if not isinstance(key, str):
+            raise TypeError(f"delegate_config: keys are strings, got {key!r}")
+        if key.lower() in encoded:
+            raise ValueError(f"delegate_config: {key!r} set twice (keys match "
+                             "case-insensitively)")
+        try:
+            value_text = _dumps(value)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"delegate_config: value of {key!r}: {exc}") from None
+        encoded[key.lower()] = (_dumps(key), value_text)
+    return encoded
+
+
+def _dumps(value: Any) -> str:
+    # Compact; non-ASCII text as is, unless it holds a lone surrogate, which
+    # is escaped rather than sent as bytes that are not UTF-8.
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+    return text
 
 
 def get_version_info(plugin_path: str, *, cni_version: str = "1.1.0",

@@ -1,7 +1,7 @@
 """Apply an IPAM result to an interface, and check one against the kernel.
 
 What an interface plugin does with the result of its IPAM delegate (see
-`cni_skel.invoke.ipam_add_guard`): put the addresses on the container
+`cni_skel.ipam_add`): put the addresses on the container
 interface, bring it up, add the routes; and for CHECK, verify that the
 kernel still holds them.
 
@@ -40,20 +40,34 @@ def configure_iface(netns: NetNS, ifname: str | Link, result: Result, *,
     in ``netns``; no look-up then). ``ipr``: a netlink socket bound to
     ``netns`` to use (`cni_skel.netns.NetNS.rtnl`); one is opened when None.
 
-    For each entry of ``result.ips`` whose ``interface`` index names
-    ``ifname`` (entries without an index are skipped): add the address; for
-    the first IPv6 one, enable IPv6 on ``lo`` and ``ifname`` (disable_ipv6=0)
-    and keep_addr_on_down=1. Then bring the link up, wait (at most 5 s) for
-    IPv6 duplicate address detection when there is an IPv6 gateway, and add
-    ``result.routes`` through ``ifname``; a route without ``gw`` goes via the
-    first gateway of its family. Idempotent for addresses and routes that
-    already exist.
+    ``result`` must be about ``ifname`` alone: every entry of ``result.ips``
+    with an ``interface`` index must index an entry of ``result.interfaces``
+    named ``ifname``; entries without an index are skipped. The result is
+    checked whole before anything changes: when it is refused, the link,
+    its addresses, routes and sysctls are as they were. (Go checks each
+    entry as it goes and may refuse after adding earlier addresses.) To
+    configure several interfaces from one result, give each its own
+    ``Result`` holding its entries.
+
+    Then, in order: add each address; for the first IPv6 one, enable IPv6 on
+    ``lo`` and ``ifname`` (disable_ipv6=0) and keep_addr_on_down=1. Bring
+    the link up, wait (at most 5 s) for IPv6 duplicate address detection
+    when there is an IPv6 gateway, and add ``result.routes`` through
+    ``ifname``; a route without ``gw`` goes via the first gateway of its
+    family. Idempotent for addresses and routes that already exist. A kernel
+    error part-way leaves what was done before it (undo it with the link,
+    e.g. on `cni_skel.rollback`).
 
     Raises:
-        CNIError: 999 ``failed to add IP addr ... invalid interface index``
-            when an index points at another interface or out of range;
-            999 for kernel errors (naming the address or route); 3 when the
-            namespace is gone.
+        CNIError: 999 ``failed to add IP addr <address> to "<ifname>":
+            invalid interface index`` for the first entry whose index points
+            at another interface or out of range (Go's text), before any
+            change; 999 ``LinkNotFound`` when ``ifname`` is not in
+            ``netns``; 999 for kernel errors (naming the address or route);
+            3 when the namespace is gone.
+
+    Source: Go ``pkg/ipam.ConfigureIface`` (containernetworking/plugins,
+    ipam_linux.go).
     """
     with contextlib.ExitStack() as stack:
         if ipr is None:
@@ -65,16 +79,11 @@ def configure_iface(netns: NetNS, ifname: str | Link, result: Result, *,
 def _configure(ipr: Any, link: str | Link, result: Result) -> None:
     """`configure_iface`'s work, inside the namespace."""
     ifname = link if isinstance(link, str) else link.name
-    index = netlink.link_index(ipr, link)
+    index = netlink.link_index(ipr, link)  # a look-up: changes nothing
+    ips = _own_ips(result, ifname)  # refuse before the first change, not part-way
     gw4 = gw6 = None
     ipv6_ready = False
-    for ipc in result.ips:
-        if ipc.interface is None:
-            continue
-        i = ipc.interface
-        if i < 0 or i >= len(result.interfaces) or result.interfaces[i].name != ifname:
-            raise CNIError(ERR_INTERNAL, f'failed to add IP addr {ipc.address} to '
-                                         f'"{ifname}": invalid interface index')
+    for ipc in ips:
         if ipc.address.version == 6 and not ipv6_ready:
             _enable_ipv6(ifname)
             ipv6_ready = True
@@ -93,6 +102,21 @@ def _configure(ipr: Any, link: str | Link, result: Result) -> None:
         netlink.add_route(ipr, dst, gw=gw, dev=index, priority=route.priority or None,
                           table=route.table, scope=route.scope, mtu=route.mtu or None,
                           advmss=route.advmss or None)
+
+
+def _own_ips(result: Result, ifname: str) -> list[IPConfig]:
+    """The entries of ``result.ips`` to add to ``ifname``; 999 for the first
+    whose index names another interface or none."""
+    ips = []
+    for ipc in result.ips:
+        if ipc.interface is None:
+            continue
+        i = ipc.interface
+        if i < 0 or i >= len(result.interfaces) or result.interfaces[i].name != ifname:
+            raise CNIError(ERR_INTERNAL, f'failed to add IP addr {ipc.address} to '
+                                         f'"{ifname}": invalid interface index')
+        ips.append(ipc)
+    return ips
 
 
 def _enable_ipv6(ifname: str) -> None:

@@ -73,6 +73,7 @@ from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
+from cni_skel import compat
 from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, CNIError
 from cni_skel.rtnl import Rtnl, build
 
@@ -304,6 +305,10 @@ class Link:
 
     Helpers taking a link accept a `Link`, an ifindex or a name; given a
     `Link` or an index they send no look-up of their own.
+
+    Deprecated since 0.2.0 (gone in 0.3.0): item access as on 0.1.0's dicts
+    (``link["mac"]``, ``link.get("master")``; the old key ``"link"`` is
+    `peer_index`) works and warns (DeprecationWarning).
     """
 
     index: int
@@ -317,6 +322,31 @@ class Link:
     master: int | None = None
     peer_index: int | None = None
     flags: int = 0
+
+    def __getitem__(self, key: str) -> Any:
+        """Deprecated: ``link[key]`` as on 0.1.0's dicts; use ``link.<key>``.
+        Raises KeyError for a key 0.1.0's dicts did not have."""
+        compat.warn("cni_skel.netlink.Link.__getitem__")
+        return self._old_key(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """Deprecated: ``link.get(key, default)`` as on 0.1.0's dicts; use
+        ``link.<key>``."""
+        compat.warn("cni_skel.netlink.Link.get")
+        try:
+            return self._old_key(key)
+        except KeyError:
+            return default
+
+    def _old_key(self, key: str) -> Any:
+        field = _OLD_LINK_KEYS.get(key) if isinstance(key, str) else None
+        if field is None:
+            raise KeyError(key)
+        return getattr(self, field)
+
+
+# 0.1.0's link dict keys -> Link attributes ("link" was IFLA_LINK).
+_OLD_LINK_KEYS = {f.name: f.name for f in dataclasses.fields(Link)} | {"link": "peer_index"}
 
 
 def _link_summary(msg: Any) -> Link:

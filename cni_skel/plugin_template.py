@@ -1,7 +1,13 @@
 """The project ``cni-skel new-plugin NAME`` writes: a working chained plugin
 (sets the MTU of the container's interface), its packaging with the
-``cni_skel.plugins`` entry point, and a pytest test using the cni_skel
-fixtures that passes as generated (run it as root: it makes namespaces).
+``cni_skel.plugins`` entry point, a pytest test using the cni_skel
+fixtures that passes as generated (run it as root: it makes namespaces), and
+a README that says how to install it and how to add a second plugin to the
+project (a module, one entry-point line, reinstall, ``cni-skel install``).
+
+The generated code uses only current, non-deprecated API (verbs as methods,
+attribute access on `cni_skel.netlink.Link`, `cni_skel.rollback`), so that it
+raises no DeprecationWarning (tests/test_cli_new_plugin.py).
 
 Kept as Python strings so that it ships inside the ``cni_skel`` package.
 """
@@ -237,6 +243,62 @@ In a conflist:
 ```json
 {{"type": "{name}", "mtu": 1400}}
 ```
+
+## Add a second plugin
+
+One project can ship several plugins. Each is a `Plugin` subclass with an executable
+name of its own, registered under the `cni_skel.plugins` entry point; `cni-skel install`
+writes one executable per name. For a plugin `{name}-passthrough`:
+
+1. Write it in a new module of the package, `{module}/passthrough.py` (every module in
+   `{module}/` is packaged, see `[tool.setuptools]`):
+
+   ```python
+   """CNI plugin ``{name}-passthrough``: hands the chain's result on unchanged."""
+
+   from __future__ import annotations
+
+   from cni_skel import CmdArgs, CNIError, NetConf, Plugin, Result
+   from cni_skel.errors import ERR_INVALID_NETWORK_CONFIG
+
+
+   class Passthrough(Plugin):
+       """{name}-passthrough: returns prevResult; nothing to check or undo."""
+
+       name = "{name}-passthrough"  # the about text; use the executable name
+       config_model = NetConf  # or a NetConf subclass with your keys, as in plugin.py
+
+       def add(self, args: CmdArgs, conf: NetConf) -> Result:
+           if conf.prev_result is None:
+               raise CNIError(ERR_INVALID_NETWORK_CONFIG, "chain it after another plugin")
+           return conf.prev_result
+
+       def check(self, args: CmdArgs, conf: NetConf) -> None:
+           """Nothing of ours to check."""
+
+       def delete(self, args: CmdArgs, conf: NetConf) -> None:
+           """Nothing to undo."""
+   ```
+
+2. Register it: one more line in `pyproject.toml`, in the table that names `{name}`
+   (executable name = `"module:Class"`):
+
+   ```toml
+   [project.entry-points."cni_skel.plugins"]
+   {name} = "{module}:{cls}"
+   {name}-passthrough = "{module}.passthrough:Passthrough"
+   ```
+
+3. Reinstall the project, `pip install .` (`pip install -e .` too): entry points are read
+   from the installed package's metadata, so a new one counts only after a reinstall.
+
+4. Write its executable: `cni-skel install --bin-dir /opt/cni/bin {name}-passthrough`
+   (`cni-skel install` without names writes every registered plugin). It also restarts
+   a running worker (systemd), which serves only the plugins it was started with.
+
+Test it as `tests/test_plugin.py` tests `{name}`, with its own executable:
+`install_plugin(tmp_path, "{name}-passthrough", "{module}.passthrough:Passthrough",
+pythonpath=[str(PROJECT)])`.
 '''
 
 

@@ -34,7 +34,7 @@ from .version import (
     parse_version,
     version_at_least,
 )
-from .warm.protocol import MAX_STDIN_BYTES
+from .warm.protocol import MAX_STDIN_BYTES, WARNINGS_ENV
 
 TYPE_CHECKING = False  # typing/collections.abc stay out of the VERSION path
 if TYPE_CHECKING:
@@ -101,6 +101,17 @@ class Plugin:
             prevResult, nothing written); `cni-skel validate` runs them after
             the model. Default: none.
     Raise `CNIError` to choose the error code; anything else becomes 999.
+
+    An IPAM plugin is a Plugin too (docs/ipam-plugins.md). Its config names
+    itself in ``ipam.type``, so the STATUS/GC defaults above pass nothing
+    on and answer success: override `status` and `gc` to make them mean
+    something (host-local's GC releases what the keep-list lacks).
+
+    Deprecated since 0.2.0 (gone in 0.3.0): ``verbs = "package.module"``,
+    0.1.0's way of giving the verbs as module-level functions ``add``,
+    ``check``, ``delete``, ``status``, ``gc``, ``validate_config`` (same
+    signatures, imported on first use). It still works, for the verbs the
+    class does not define itself, and warns once per class, at its creation.
     """
 
     name: ClassVar[str] = "cni-skel"
@@ -108,34 +119,76 @@ class Plugin:
     config_model: ClassVar[Any] = "cni_skel.config:NetConf"
     args_model: ClassVar[Any] = None
     supported_versions: ClassVar[tuple[str, ...]] = ALL_VERSIONS
+    #: Deprecated (0.2.0): a ``"package.module"`` of verb functions; see above.
+    verbs: ClassVar[str | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("verbs") is not None:
+            from .compat import warn  # only for a 0.1.0-style class: VERSION stays lean
+
+            warn("cni_skel.skel.Plugin.verbs", stacklevel=2)  # at the class statement
+
+    def _verb(self, name: str) -> Callable[[CmdArgs, Any], Any] | None:
+        # The function of the deprecated `verbs` module, if any.
+        if self.verbs is None:
+            return None
+        import importlib
+
+        return getattr(importlib.import_module(self.verbs), name, None)
+
+    def _missing(self, verb: str, method: str) -> CNIError:
+        return CNIError(
+            ERR_INTERNAL,
+            f"{self.name}: {verb} is not implemented: {type(self).__qualname__} "
+            f"(a cni_skel.Plugin) defines no {method}(self, args, conf) method; "
+            f"define it on the class")
 
     def add(self, args: CmdArgs, conf: Any) -> Any:
-        """ADD; see the class docstring. Raises code 999 unless overridden."""
-        raise CNIError(ERR_INTERNAL, f"{self.name}: ADD is not implemented")
+        """ADD; see the class docstring. Raises code 999, naming the method
+        to define, unless overridden."""
+        if (fn := self._verb("add")) is None:
+            raise self._missing("ADD", "add")
+        return fn(args, conf)
 
     def check(self, args: CmdArgs, conf: Any) -> None:
-        """CHECK; see the class docstring. Raises code 999 unless overridden."""
-        raise CNIError(ERR_INTERNAL, f"{self.name}: CHECK is not implemented")
+        """CHECK; see the class docstring. Raises code 999, naming the method
+        to define, unless overridden."""
+        if (fn := self._verb("check")) is None:
+            raise self._missing("CHECK", "check")
+        fn(args, conf)
 
     def delete(self, args: CmdArgs, conf: Any) -> None:
-        """DEL; see the class docstring. Raises code 999 unless overridden."""
-        raise CNIError(ERR_INTERNAL, f"{self.name}: DEL is not implemented")
+        """DEL; see the class docstring. Raises code 999, naming the method
+        to define, unless overridden."""
+        if (fn := self._verb("delete")) is None:
+            raise self._missing("DEL", "delete")
+        fn(args, conf)
 
     def status(self, args: CmdArgs, conf: Any) -> None:
         """STATUS (1.1.0). Unless overridden: the IPAM plugin's STATUS when
-        the config names one (spec: a plugin passes STATUS on to its IPAM),
-        else success. Raises the IPAM plugin's `CNIError`."""
+        the config names one other than this plugin (spec: a plugin passes
+        STATUS on to its IPAM), else success. Raises the IPAM plugin's
+        `CNIError`."""
+        if (fn := self._verb("status")) is not None:
+            fn(args, conf)
+            return
         _pass_to_ipam("STATUS", self, args, conf)
 
     def gc(self, args: CmdArgs, conf: Any) -> None:
         """GC (1.1.0). Unless overridden: the IPAM plugin's GC when the
-        config names one (spec: a plugin passes GC on to its IPAM), else
-        success. Raises the IPAM plugin's `CNIError`."""
+        config names one other than this plugin (spec: a plugin passes GC on
+        to its IPAM), else success. Raises the IPAM plugin's `CNIError`."""
+        if (fn := self._verb("gc")) is not None:
+            fn(args, conf)
+            return
         _pass_to_ipam("GC", self, args, conf)
 
     def validate_config(self, args: CmdArgs, conf: Any) -> None:
         """Config checks beyond the model (`cni-skel validate`); none unless
         overridden."""
+        if (fn := self._verb("validate_config")) is not None:
+            fn(args, conf)
 
     @classmethod
     def node_state(cls) -> list[str]:
@@ -419,6 +472,31 @@ def _main(plugin: type[Plugin]) -> int:
 
 
 def run_plugin_main(ref: str) -> None:
-    """Entry of an installed executable: import ``"module:Class"`` and run it."""
+    """Entry of an installed executable: import ``"module:Class"`` and run it.
+
+    With ``CNI_SKEL_WARNINGS`` set (`cni_skel.warm.protocol.WARNINGS_ENV`:
+    the test helpers set it), the warnings the plugin raises, from its
+    import on, are appended to that file instead of stderr."""
     _prepare_process(os.environ.get("CNI_COMMAND", ""))  # before the plugin's own imports
+    if os.environ.get(WARNINGS_ENV):
+        _record_warnings(os.environ[WARNINGS_ENV])
     resolve_ref(ref).main()
+
+
+def _record_warnings(path: str) -> None:
+    # A plugin process runs `python -I`, deaf to a test's -W or filters:
+    # deprecations go to the test (harness.run_plugin_raw) through this file.
+    import warnings
+
+    def record(message: Any, category: type[Warning], filename: str, lineno: int,
+               file: Any = None, line: Any = None) -> None:
+        module = next((name for name, mod in list(sys.modules.items())
+                       if getattr(mod, "__file__", None) == filename), None)
+        entry = {"category": category.__name__, "message": str(message),
+                 "filename": filename, "lineno": lineno, "module": module}
+        with open(path, "a", encoding="utf-8") as fp:
+            fp.write(json.dumps(entry) + "\n")
+
+    warnings.showwarning = record
+    warnings.filterwarnings("default", category=DeprecationWarning)
+    warnings.filterwarnings("default", category=PendingDeprecationWarning)

@@ -14,8 +14,17 @@ Assert on what the kernel holds: ``icmp_ping`` (ICMP echo from inside a
 namespace, bounded), ``nft_table`` (an nftables table listed in one).
 
 Fixtures: ``netns_factory`` (make named namespaces, removed at teardown),
-``node_netns`` and ``pod_netns`` (one each). All of them need root; without
-it they skip.
+``node_netns`` and ``pod_netns`` (one each), ``cni_netns_prefix`` (the first
+part of their names, ``cnsk`` unless your conftest overrides it). The
+namespace fixtures need root; without it they skip.
+
+Namespace names are ``<prefix>-<pid>-<tag>-<n>`` (`create_netns`): to find
+what your suite left behind after a crash (``ip netns list``), give it a
+prefix of its own in your ``conftest.py``:
+
+    @pytest.fixture
+    def cni_netns_prefix():
+        return "mtu"       # node_netns: mtu-node-..., pod_netns: mtu-pod-...
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ from .harness import (
 __all__ = [
     "PluginRun",
     "TestNetNS",
+    "cni_netns_prefix",
     "create_netns",
     "icmp_ping",
     "install_plugin",
@@ -60,13 +70,35 @@ def _need_root() -> None:
 
 
 @pytest.fixture
-def netns_factory() -> Iterator[Any]:
-    """Call it to get a fresh `TestNetNS`; all are removed after the test."""
+def cni_netns_prefix() -> str:
+    """The first part of the names of the namespaces `netns_factory` makes
+    when given no prefix, and of `node_netns` (``<prefix>-node-...``) and
+    `pod_netns` (``<prefix>-pod-...``): ``"cnsk"``.
+
+    Override it (a fixture of this name in your ``conftest.py``, a test
+    module or class) to tell your suite's namespaces from others'. Keep it
+    short and without ``/``: it becomes a file name under /run/netns.
+    """
+    return "cnsk"
+
+
+@pytest.fixture
+def netns_factory(cni_netns_prefix: str) -> Iterator[Any]:
+    """A function ``make(prefix=None) -> TestNetNS``: each call creates a
+    fresh, empty network namespace (``lo`` down) named
+    ``<prefix>-<pid>-<tag>-<n>`` (`create_netns`; ``tag``: random per test
+    process, ``n``: a counter), so names never clash between tests or
+    between suites running at once. ``prefix`` defaults to
+    `cni_netns_prefix` (``"cnsk"``). ``.path`` (``/run/netns/<name>``) is
+    what CNI_NETNS gets. Every namespace made is removed at teardown, in
+    reverse order, whether the test passed or not (one already removed is
+    fine). Skips the test without root.
+    """
     _need_root()
     made: list[TestNetNS] = []
 
-    def make(prefix: str = "cnsk") -> TestNetNS:
-        ns = create_netns(prefix)
+    def make(prefix: str | None = None) -> TestNetNS:
+        ns = create_netns(cni_netns_prefix if prefix is None else prefix)
         made.append(ns)
         return ns
 
@@ -76,12 +108,16 @@ def netns_factory() -> Iterator[Any]:
 
 
 @pytest.fixture
-def node_netns(netns_factory: Any) -> TestNetNS:
-    """A namespace standing in for the node (host) a runtime runs plugins on."""
-    return netns_factory("cnsk-node")
+def node_netns(netns_factory: Any, cni_netns_prefix: str) -> TestNetNS:
+    """A namespace standing in for the node (host) a runtime runs plugins
+    on: named ``<cni_netns_prefix>-node-<pid>-<tag>-<n>`` (``cnsk-node-...``
+    by default), removed at teardown."""
+    return netns_factory(f"{cni_netns_prefix}-node")
 
 
 @pytest.fixture
-def pod_netns(netns_factory: Any) -> TestNetNS:
-    """A namespace standing in for a pod sandbox (CNI_NETNS)."""
-    return netns_factory("cnsk-pod")
+def pod_netns(netns_factory: Any, cni_netns_prefix: str) -> TestNetNS:
+    """A namespace standing in for a pod sandbox (CNI_NETNS): named
+    ``<cni_netns_prefix>-pod-<pid>-<tag>-<n>`` (``cnsk-pod-...`` by default),
+    removed at teardown."""
+    return netns_factory(f"{cni_netns_prefix}-pod")

@@ -43,13 +43,17 @@ VECTORS = HERE / "vectors" / "go-reference-1.1.1"
 THIRDPARTY = HERE / "thirdparty"
 README = HERE.parent / "README.md"
 #: The suite's own third-party plugins (importable from HERE), the README's
-#: example (`write_readme_example`) and examples/ptp: the suite worker serves them
-#: too, since a worker serves only the plugins it was started with.
+#: example (`write_readme_example`), examples/ptp and the 0.1.0-style fixture
+#: (tests/compat010): the suite worker serves them too, since a worker serves
+#: only the plugins it was started with.
 SUITE_PLUGINS = ("thirdparty.probe:Probe", "thirdparty.fakeipam:FakeIPAMPlugin",
                  "thirdparty.failafteripam:FailAfterIPAM", "thirdparty.argsplugin:ArgsEcho",
-                 "worker_plugins.probe:WorkerProbe", "veth_ipam:VethPlugin", "cni_ptp:Ptp")
+                 "worker_plugins.probe:WorkerProbe", "veth_ipam:VethPlugin", "cni_ptp:Ptp",
+                 "pyptp.plugin:PyPtp", "thirdparty.poolpicker:PoolPicker")
 #: examples/ptp (package cni_ptp), on the suite worker's path.
 PTP_EXAMPLE = HERE.parent / "examples" / "ptp"
+#: tests/compat010 (package pyptp, tests/test_compat_010.py), on the suite worker's path.
+COMPAT010 = HERE / "compat010"
 GO_CNI_DIR = "/usr/lib/cni"  # Debian's containernetworking-plugins
 
 MODES_ENV = "CNI_SKEL_TEST_MODES"
@@ -218,7 +222,8 @@ def cni_worker(request: pytest.FixtureRequest,
         # Started as the default install starts it: socket-activated by its unit.
         worker = SuiteWorker(os.path.join(sock_dir, "worker.sock"), log_path,
                              preload=SUITE_PLUGINS,
-                             pythonpath=(str(HERE), str(example.parent), str(PTP_EXAMPLE)),
+                             pythonpath=(str(HERE), str(example.parent), str(PTP_EXAMPLE),
+                                         str(COMPAT010)),
                              activated=True)
         try:
             yield worker

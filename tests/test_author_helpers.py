@@ -1,17 +1,22 @@
 """The SDK pieces every veth plugin needs (issue 21, "Authors"):
 `cni_skel.veth.setup_veth` (Go ``ip.SetupVeth``), `cni_skel.sysctl.enable_forward`
-(Go ``ip.EnableForward``) and `cni_skel.masq` (Go ``ip.SetupIPMasq`` /
+(Go ``ip.EnableForward``), `cni_skel.ipam.configure_iface` (Go
+``ipam.ConfigureIface``) and `cni_skel.masq` (Go ``ip.SetupIPMasq`` /
 ``TeardownIPMasq``, as per-network sets), against the kernel of test
-namespaces."""
+namespaces; and the namespace fixtures of `cni_skel.testing` as an author's
+conftest tunes them."""
 
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 
 import pytest
 
-from cni_skel import CNIError, netlink
+from cni_skel import CNIError, Interface, IPConfig, Result, Route, netlink
+from cni_skel.harness import SUITE_TAG
+from cni_skel.ipam import configure_iface
 from cni_skel.masq import (
     FAMILY,
     TABLE,
@@ -27,6 +32,35 @@ from cni_skel.sysctl import enable_forward, read_sysctl, write_sysctl
 from cni_skel.veth import random_veth_name, setup_veth
 
 A = ipaddress.ip_interface
+
+
+def _named(ns, prefix):
+    return re.fullmatch(rf"{re.escape(prefix)}-{os.getpid()}-{SUITE_TAG}-\d+", ns.name) \
+        and ns.path == f"/run/netns/{ns.name}" and os.path.exists(ns.path)
+
+
+def test_netns_fixtures_default_to_cnsk(netns_factory, node_netns, pod_netns, cni_netns_prefix):
+    assert cni_netns_prefix == "cnsk"
+    assert _named(node_netns, "cnsk-node") and _named(pod_netns, "cnsk-pod")
+    assert _named(netns_factory(), "cnsk") and _named(netns_factory("mine"), "mine")
+
+
+class TestPrefixOverride:
+    """What an author's conftest.py does: a ``cni_netns_prefix`` fixture of
+    its own (here for this class only)."""
+
+    @pytest.fixture
+    def cni_netns_prefix(self):
+        yield "cnsk-author"
+        # netns_factory needs this fixture, so it is torn down first: by now
+        # every namespace of this test must be gone.
+        ours = f"-{os.getpid()}-{SUITE_TAG}-"
+        assert [n for n in os.listdir("/run/netns")
+                if n.startswith("cnsk-author") and ours in n] == []
+
+    def test_names_follow_the_prefix(self, netns_factory, node_netns, pod_netns):
+        assert _named(node_netns, "cnsk-author-node") and _named(pod_netns, "cnsk-author-pod")
+        assert _named(netns_factory(), "cnsk-author") and _named(netns_factory("x"), "x")
 
 
 def test_random_veth_name_is_gos_format():
@@ -59,6 +93,55 @@ def test_setup_veth(node_netns, pod_netns):
         assert not (h2.up or c2.up)
         assert not netlink.find_link(ipr, h2.name).up and not netlink.find_link(cipr, "eth2").up
         assert netlink.find_link(ipr, host.name) == before
+
+
+def _pod_view(pod, cipr, name="eth0"):
+    """What the kernel holds for ``name``: link state, its addresses, routes
+    through it (all tables) and the sysctls configure_iface writes."""
+    link = netlink.find_link(cipr, name)
+    keys = [f"net/ipv6/conf/{d}/{k}" for d in ("lo", name)
+            for k in ("disable_ipv6", "keep_addr_on_down")]
+    return (link.up, link.flags, netlink.addresses(cipr, link),
+            [r for r in netlink.routes(cipr, table=None) if r["oif"] == link.index],
+            pod.run(lambda: [read_sysctl(k) for k in keys]))
+
+
+def _two_link_result(ips):
+    return Result(interfaces=[Interface(name="eth0"), Interface(name="eth1")],
+                  ips=[IPConfig(address=a, gateway=g, interface=i) for a, g, i in ips],
+                  routes=[Route(dst="0.0.0.0/0"), Route(dst="10.99.0.0/16", gw="10.60.0.9")])
+
+
+@pytest.mark.parametrize("bad", [1, 2, -1], ids=["other-interface", "past-the-end", "negative"])
+def test_configure_iface_refuses_before_any_change(node_netns, pod_netns, bad):
+    """Go's ipam.ConfigureIface refuses an index naming another interface
+    after adding the entries before it; ours checks the whole result first."""
+    with NetNS.open(node_netns.path) as node, NetNS.open(pod_netns.path) as pod, \
+            node.rtnl() as ipr, pod.rtnl() as cipr:
+        host, cont = node.run(setup_veth, ipr, pod, "eth0", up=False, peer_ipr=cipr)
+        netlink.link_up(ipr, host)      # a carrier once eth0 is up: IPv6 DAD can finish
+        result = _two_link_result([("10.60.0.5/24", "10.60.0.1", 0),
+                                   ("fd00:60::5/64", "fd00:60::1", 0),
+                                   ("10.61.0.5/24", None, bad)])
+        before = _pod_view(pod, cipr)
+        assert not before[0] and before[2] == [] and before[3] == []
+        assert before[4][3] == "0"                       # eth0's keep_addr_on_down
+        for link in ("eth0", cont):                      # by name, or the Link
+            with pytest.raises(CNIError) as err:
+                configure_iface(pod, link, result, ipr=cipr)
+            assert err.value.code == 999
+            assert err.value.msg == ('failed to add IP addr 10.61.0.5/24 to "eth0": '
+                                     'invalid interface index')
+            assert _pod_view(pod, cipr) == before
+        # the same result without the stray entry goes through; no index: skipped
+        result.ips[2].interface = None
+        configure_iface(pod, cont, result, ipr=cipr)
+        up, _flags, addrs, routes, sysctls = _pod_view(pod, cipr)
+        assert up and {str(a) for a in addrs} >= {"10.60.0.5/24", "fd00:60::5/64"}
+        assert "10.61.0.5/24" not in {str(a) for a in addrs}
+        assert {(str(r["dst"]), str(r["gw"])) for r in routes} >= {
+            ("0.0.0.0/0", "10.60.0.1"), ("10.99.0.0/16", "10.60.0.9")}
+        assert sysctls[2:] == ["0", "1"]                 # IPv6 on, keep_addr_on_down
 
 
 def test_enable_forward_turns_on_the_families_given(node_netns):

@@ -1,23 +1,30 @@
 """`cni-skel new-plugin`: the project it writes works out of the box (its own
 tests pass with pytest run in that directory), registers the entry point, and
-its plugin runs in a list through the cni-skel runtime."""
+its plugin runs in a list through the cni-skel runtime; its README's "Add a
+second plugin", followed to the letter, gives a second installable plugin;
+the generated code raises no DeprecationWarning."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
+import textwrap
 import tomllib
+import warnings
 
 import pytest
 
 import cni_skel
-from cni_skel import netlink
+from cni_skel import CNIError, dispatch, netlink
 from cni_skel.netns import NetNS
 from cni_skel.plugin_template import names_for
 from cni_skel.runtime import Runtime, RuntimeConf
-from cni_skel.testing import install_plugin
+from cni_skel.testing import install_plugin, run_plugin, run_plugin_raw
 
 CLI = os.path.join(os.path.dirname(sys.executable), "cni-skel")
 
@@ -33,6 +40,123 @@ def project(tmp_path_factory):
     proc = new_plugin("mtu-setter", "--dir", str(parent))
     assert proc.returncode == 0, proc.stderr
     return parent / "mtu-setter"
+
+
+def _second_plugin_section(project):
+    text = (project / "README.md").read_text()
+    _, found, section = text.partition("\n## Add a second plugin\n")
+    assert found, "the generated README lost its 'Add a second plugin' section"
+    return section.split("\n## ", 1)[0]
+
+
+def _blocks(section, lang):
+    """The ```lang blocks of ``section``, dedented (they sit in list items)."""
+    return [textwrap.dedent(body) for _indent, body in
+            re.findall(rf"^( *)```{lang}\n(.*?)^\1```$", section, re.S | re.M)]
+
+
+def _follow_second_plugin(project, module):
+    """Do what the README says: the module, one more entry-point line."""
+    section = _second_plugin_section(project)
+    assert f"`{module}/passthrough.py`" in section
+    [code] = _blocks(section, "python")
+    (project / module / "passthrough.py").write_text(code)
+    pyproject = project / "pyproject.toml"
+    text = pyproject.read_text()
+    [table] = _blocks(section, "toml")
+    new = [line for line in table.splitlines() if line not in text.splitlines()]
+    assert len(new) == 1, new                   # "one more line"
+    header = '[project.entry-points."cni_skel.plugins"]\n'
+    assert header in text and header.strip() in table
+    name = project.name
+    old = f'{name} = "{module}:{names_for(name)[1]}"\n'
+    pyproject.write_text(text.replace(old, old + new[0] + "\n"))
+
+
+@pytest.fixture(scope="module")
+def duo(tmp_path_factory):
+    """A project with the README's second plugin added, pip-installed (as
+    `pip install .` does, into a directory of its own): that directory."""
+    parent = tmp_path_factory.mktemp("duo")
+    assert new_plugin("duo", "--dir", str(parent)).returncode == 0
+    project = parent / "duo"
+    _follow_second_plugin(project, "cni_duo")
+    site = parent / "site"
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                           "--no-build-isolation", "--no-index", "--target", str(site),
+                           str(project)], capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return site
+
+
+def test_readme_says_how_to_add_a_second_plugin(project):
+    section = _second_plugin_section(project)
+    for step in ("class Passthrough(Plugin):", "`cni_mtu_setter/passthrough.py`",
+                 'mtu-setter-passthrough = "cni_mtu_setter.passthrough:Passthrough"',
+                 "`pip install .`", "cni-skel install --bin-dir /opt/cni/bin "
+                 "mtu-setter-passthrough"):
+        assert step in section, step
+
+
+def test_second_plugin_from_the_readme_installs(duo, tmp_path, node_netns, pod_netns):
+    site = duo
+    eps = {ep.name: ep.value for dist in importlib.metadata.distributions(path=[str(site)])
+           for ep in dist.entry_points if ep.group == "cni_skel.plugins"}
+    assert eps == {"duo": "cni_duo:Duo", "duo-passthrough": "cni_duo.passthrough:Passthrough"}
+    assert (site / "cni_duo" / "passthrough.py").exists()      # packaged
+    # `cni-skel install NAME` finds it through the entry point and imports it
+    # (its VERSION answer and about text are baked in)
+    bin_dir = tmp_path / "bin"
+    proc = subprocess.run([CLI, "install", "--one-shot", "--bin-dir", str(bin_dir),
+                           "duo-passthrough"], capture_output=True, text=True, check=False,
+                          env={**os.environ, "PYTHONPATH": str(site)})
+    assert proc.returncode == 0, proc.stderr
+    assert os.listdir(bin_dir) == ["duo-passthrough"]
+    about = run_plugin_raw(str(bin_dir / "duo-passthrough"), "", node=node_netns)
+    assert about.exit_code == 0 and "duo-passthrough" in about.stderr
+    # the installed copy runs: prevResult passed on, a config error without one
+    exe = install_plugin(tmp_path / "run", "duo-passthrough", eps["duo-passthrough"],
+                         pythonpath=[str(site)])
+    conf = {"cniVersion": "1.1.0", "name": "n", "type": "duo-passthrough"}
+    prev = {"cniVersion": "1.1.0", "ips": [{"address": "10.46.0.5/24"}]}
+    result = run_plugin(exe, "ADD", {**conf, "prevResult": prev}, netns=pod_netns.path,
+                        node=node_netns)
+    assert result["ips"] == prev["ips"]
+    with pytest.raises(CNIError) as err:
+        run_plugin(exe, "ADD", conf, netns=pod_netns.path, node=node_netns)
+    assert err.value.code == 7
+    run_plugin(exe, "DEL", conf, netns=pod_netns.path, node=node_netns)
+
+
+def test_generated_code_raises_no_deprecation_warning(duo, node_netns, pod_netns,
+                                                       monkeypatch):
+    """Both plugins, imported fresh (class creation can warn) and run in this
+    process (each verb can warn) with every warning recorded."""
+    monkeypatch.syspath_prepend(str(duo))
+    with NetNS.open(pod_netns.path) as ns, ns.rtnl() as ipr:
+        ipr.link("add", ifname="eth0", kind="veth", peer="peer0")
+    mtu = {"cniVersion": "1.1.0", "name": "n", "type": "duo", "mtu": 1280}
+    pas = {"cniVersion": "1.1.0", "name": "n", "type": "duo-passthrough",
+           "prevResult": {"cniVersion": "1.1.0", "ips": [{"address": "10.46.0.5/24"}]}}
+    env = {"CNI_CONTAINERID": "c1", "CNI_NETNS": pod_netns.path, "CNI_IFNAME": "eth0",
+           "CNI_PATH": "/nonexistent"}
+    try:
+        with warnings.catch_warnings(record=True) as caught, NetNS.open(node_netns.path) as node:
+            warnings.simplefilter("always")
+            duo_cls = importlib.import_module("cni_duo").Duo
+            pas_cls = importlib.import_module("cni_duo.passthrough").Passthrough
+
+            def calls():
+                return [dispatch(cls, {**env, "CNI_COMMAND": verb}, json.dumps(conf).encode())
+                        for cls, conf in ((duo_cls, mtu), (pas_cls, pas))
+                        for verb in ("ADD", "CHECK", "DEL")]
+            answers = node.run(calls)
+    finally:
+        for name in [m for m in sys.modules if m == "cni_duo" or m.startswith("cni_duo.")]:
+            del sys.modules[name]
+    assert [code for _out, code in answers] == [0] * 6, answers
+    assert [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)] == []
 
 
 def test_writes_the_project(project):

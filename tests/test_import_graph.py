@@ -4,6 +4,10 @@ Rules (DESIGN.md, "Rooms"):
 * no circle among modules imported when a module loads (a lazy import inside
   a function or a ``TYPE_CHECKING`` block does not count: it never runs at
   load time);
+* no circle at all inside ``cni_skel.types``, counting every import (lazy ones
+  inside functions and ``TYPE_CHECKING`` blocks too): the version modules
+  register their converters in ``cni_skel.types.registry``, which imports none
+  of them (Go's pkg/types/internal/convert.go);
 * the SDK (``cni_skel``) never imports a plugin (``cni_skel_plugins``);
 * the modules a launcher loads on every call (``cni_skel.warm.client``,
   ``cni_skel.warm.protocol``) import, when they load, nothing of the project
@@ -76,6 +80,11 @@ def _load_time_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
     return out
 
 
+def _every_import(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement, wherever it is (functions, ``TYPE_CHECKING``)."""
+    return [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+
+
 def _targets(module: str, node: ast.Import | ast.ImportFrom) -> list[str]:
     """Absolute names a statement in ``module`` imports (project or not)."""
     if isinstance(node, ast.Import):
@@ -93,19 +102,21 @@ def _targets(module: str, node: ast.Import | ast.ImportFrom) -> list[str]:
     return subs or [prefix]
 
 
-def _graph() -> dict[str, set[str]]:
+def _graph(imports=_load_time_imports) -> dict[str, set[str]]:
+    """module -> what it imports: by default only when it loads."""
     graph: dict[str, set[str]] = {}
     for name, path in MODULES.items():
         with open(path, encoding="utf-8") as fp:
             tree = ast.parse(fp.read(), path)
         edges = set()
-        for node in _load_time_imports(tree):
+        for node in imports(tree):
             edges.update(_targets(name, node))
         graph[name] = edges
     return graph
 
 
 GRAPH = _graph()
+FULL_GRAPH = _graph(_every_import)
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -161,6 +172,20 @@ def test_no_import_circle():
     assert _cycles(GRAPH) == []
 
 
+def test_no_import_circle_in_types_even_lazily():
+    types = {m: {t for t in FULL_GRAPH[m] if t.startswith("cni_skel.types")}
+             for m in FULL_GRAPH if m == "cni_skel.types" or m.startswith("cni_skel.types.")}
+    assert {"cni_skel.types.current", "cni_skel.types.convert"} <= types.keys()
+    assert _cycles(types) == []
+
+
+def test_full_graph_sees_lazy_imports():
+    tree = ast.parse("def f():\n    from .convert import x\n")
+    assert _load_time_imports(tree) == []
+    assert [_targets("cni_skel.types.current", n) for n in _every_import(tree)] == \
+        [["cni_skel.types.convert"]]
+
+
 def test_cycle_finder_finds_a_circle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
@@ -168,10 +193,7 @@ def test_cycle_finder_finds_a_circle():
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("cni_skel.")
                                           or m == "cni_skel"))
 def test_sdk_never_imports_a_plugin(module):
-    with open(MODULES[module], encoding="utf-8") as fp:
-        tree = ast.parse(fp.read())
-    every = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
-    names = [t for n in every for t in _targets(module, n)]
+    names = FULL_GRAPH[module]
     assert not [n for n in names if n.split(".")[0] == "cni_skel_plugins"]
 
 
@@ -189,8 +211,5 @@ def test_launcher_modules_stay_lean(module):
 
 @pytest.mark.parametrize("module", ["cni_skel.harness", "cni_skel.testing"])
 def test_test_helpers_never_import_the_cli(module):
-    with open(MODULES[module], encoding="utf-8") as fp:
-        tree = ast.parse(fp.read())
-    every = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
-    names = [t for n in every for t in _targets(module, n)]
+    names = FULL_GRAPH[module]
     assert not [n for n in names if n == "cni_skel.cli" or n.startswith("cni_skel.cli.")]

@@ -293,8 +293,10 @@ def new_plugin(name: str, parent: str, force: bool) -> None:
     """Write a new plugin project NAME: a working chained plugin (it sets the
     MTU of the container's interface), a pyproject registering it under the
     cni_skel.plugins entry point (so `cni-skel install` finds it once it is
-    pip-installed), and a pytest test that runs it in throw-away network
-    namespaces and passes as written (run it as root)."""
+    pip-installed), a pytest test that runs it in throw-away network
+    namespaces and passes as written (run it as root), and a README (its
+    "Add a second plugin" section: one more module and entry-point line,
+    reinstall, `cni-skel install NAME`)."""
     try:
         module, cls = names_for(name)
     except ValueError as exc:
@@ -311,4 +313,5 @@ def new_plugin(name: str, parent: str, force: bool) -> None:
     click.echo(f"wrote plugin project {target}/ (package {module}, class {cls})\n"
                f"  cd {target} && python -m pytest       # as root\n"
                f"  pip install . && cni-skel install --bin-dir /opt/cni/bin {name}\n"
-               "  (in a fresh venv, pip needs a cni-skel wheel or checkout too: see its README)")
+               "  (in a fresh venv, pip needs a cni-skel wheel or checkout too: see its README;\n"
+               "  more plugins in this project: its README, \"Add a second plugin\")")

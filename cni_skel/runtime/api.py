@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from .. import compat
 from ..config import GCAttachment
 from ..env import parse_cni_args, validate_container_id, validate_ifname, validate_network_name
 from ..errors import (
@@ -126,6 +127,12 @@ class RuntimeConf:
         """``args`` as the CNI_ARGS value ``K1=V1;K2=V2``."""
         return ";".join(f"{k}={v}" for k, v in self.args)
 
+    @property
+    def cni_args(self) -> str:
+        """Deprecated since 0.2.0 (gone in 0.3.0): `args_string`; warns."""
+        compat.warn("cni_skel.runtime.RuntimeConf.cni_args")
+        return self.args_string()
+
 
 @dataclass
 class NetworkAttachment:
@@ -153,6 +160,13 @@ class NetworkAttachment:
         return cls(container_id=info.container_id, network=info.network, ifname=info.ifname,
                    config=config, netns=info.netns, args=info.args or [],
                    capability_args=info.capability_args, path=info.path)
+
+    @property
+    def cni_args(self) -> list[tuple[str, str]]:
+        """Deprecated since 0.2.0 (gone in 0.3.0): the old name of ``args``;
+        warns."""
+        compat.warn("cni_skel.runtime.NetworkAttachment.cni_args")
+        return self.args
 
     def runtime_conf(self) -> RuntimeConf:
         """The `RuntimeConf` its ADD ran with (what its DEL must get)."""

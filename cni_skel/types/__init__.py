@@ -6,6 +6,10 @@
 `ErrorResult` and `VersionResult` read the other answers a plugin prints.
 `check_expressible` tells an ADD, before it changes anything, whether its
 result can be written in the config's cniVersion (no IP: not in 0.1.0/0.2.0).
+
+Loading this package loads `convert`, which registers the writers of every
+version in `registry` (Go's pkg/types/internal/convert.go), where
+`Result.to_version` finds them: no module here imports one that imports it.
 """
 
 from __future__ import annotations

@@ -1,8 +1,12 @@
 """Reading results of any spec version, and writing each version's shape.
 
 The current `Result` is the hub: `parse_result` converts up into it,
-`result_to_version` writes it down (or across) to a target version. The rules
-are those of the CNI spec 1.1.0 and of the Go SDK's converters:
+`result_to_version` writes it down (or across) to a target version. The
+writers are registered in `cni_skel.types.registry` when this module loads,
+as Go's version packages call ``RegisterConverter`` from ``init()``
+(pkg/types/internal/convert.go); `Result.to_version` finds them there, so
+`cni_skel.types.current` never imports this module. The rules are those of
+the CNI spec 1.1.0 and of the Go SDK's converters:
 
 * 1.0.0 and 1.1.0 share one shape (Go keeps the 1.1.0 fields when printing
   1.0.0, and so do we);
@@ -30,6 +34,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, ValidationError
 from ..errors import ERR_DECODING_FAILURE, ERR_INCOMPATIBLE_CNI_VERSION, CNIError
 from ..model import CNIModel
 from ..version import ALL_VERSIONS
+from . import registry
 from .current import (
     CURRENT_VERSION,
     DNS,
@@ -303,14 +308,6 @@ def _to_02x(result: Result, version: str) -> dict:
     return out
 
 
-def _unsupported(version: str) -> CNIError:
-    return CNIError(
-        ERR_INCOMPATIBLE_CNI_VERSION,
-        "incompatible CNI versions",
-        f'cannot convert result to unsupported version "{version}"',
-    )
-
-
 def check_expressible(version: str, result: Result | None = None, *,
                       has_ip: bool | None = None) -> None:
     """Raise unless an ADD result like this can be written in ``version``.
@@ -359,7 +356,7 @@ def check_expressible(version: str, result: Result | None = None, *,
         raise TypeError("check_expressible: give either result or has_ip")
     version = version or "0.1.0"
     if version not in SUPPORTED_VERSIONS:
-        raise _unsupported(version)
+        raise registry.unsupported_version(version)
     with_ip = bool(result.ips) if result is not None else bool(has_ip)
     if version in _VERSIONS_02X and not with_ip:
         raise CNIError(
@@ -372,14 +369,27 @@ def check_expressible(version: str, result: Result | None = None, *,
 def result_to_version(result: Result, version: str) -> dict:
     """``result`` as a JSON-ready dict in the wire shape of ``version``.
 
+    The writer is the one registered for ``version`` below (the same lookup
+    as `Result.to_version`).
+
     Raises `CNIError` (code 1) for an unsupported version, or when the result
     has no IP address and ``version`` is 0.1.0 or 0.2.0 (the error of
     `check_expressible`, which a plugin calls before changing anything).
     """
-    if version in _VERSIONS_1X:
-        return _to_list_shape(result, version, legacy=False)
-    if version in _VERSIONS_04X:
-        return _to_list_shape(result, version, legacy=True)
-    if version in _VERSIONS_02X:
-        return _to_02x(result, version)
-    raise _unsupported(version)
+    return registry.convert(result, version)
+
+
+# --- registration (Go: each version package's init()) ---------------------------
+
+
+def _to_1x(result: Result, version: str) -> dict:
+    return _to_list_shape(result, version, legacy=False)
+
+
+def _to_04x(result: Result, version: str) -> dict:
+    return _to_list_shape(result, version, legacy=True)
+
+
+registry.register_converter(sorted(_VERSIONS_1X), _to_1x)
+registry.register_converter(sorted(_VERSIONS_04X), _to_04x)
+registry.register_converter(sorted(_VERSIONS_02X), _to_02x)

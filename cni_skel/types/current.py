@@ -1,7 +1,11 @@
 """The current result model (spec 1.1.0; 1.0.0 has the same shape).
 
 Every other spec version is converted to and from these classes by
-`cni_skel.types.convert`. Field semantics follow the Go SDK (pkg/types/100):
+`cni_skel.types.convert`, which imports this module and registers its writers
+in `cni_skel.types.registry` when it loads; `Result.to_version` looks its
+writer up there and never imports the converter (Go's
+pkg/types/internal/convert.go). Field semantics follow the Go SDK
+(pkg/types/100):
 
 * addresses and route destinations keep their host bits as written
   (``10.1.2.3/24`` stays ``10.1.2.3/24``, as Go's ``types.ParseCIDR``);
@@ -43,6 +47,7 @@ from pydantic_core import PydanticCustomError
 
 from ..model import CNIModel
 from ..version import CURRENT_VERSION
+from . import registry
 
 __all__ = [
     "CURRENT_VERSION",
@@ -214,10 +219,7 @@ class Result(_ResultModel):
         Raises `CNIError` (code 1) when the version is unknown or the result
         cannot be expressed in it (ADD asks `check_expressible` first).
         """
-        # convert imports this module: the hub stays free of its spokes at load.
-        from .convert import result_to_version  # noqa: PLC0415
-
-        return result_to_version(self, version or self.cni_version or CURRENT_VERSION)
+        return registry.convert(self, version or self.cni_version or CURRENT_VERSION)
 
     def to_json(self, version: str | None = None) -> bytes:
         """`to_version` serialised as compact JSON bytes."""

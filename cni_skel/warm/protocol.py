@@ -55,6 +55,12 @@ SOCKET_ENV = "CNI_SKEL_WORKER_SOCKET"
 #: plugin in its own process; it answers spec error `ERR_TRY_AGAIN_LATER`
 #: when the worker cannot serve the call.
 REQUIRED_ENV = "CNI_SKEL_WORKER_REQUIRED"
+#: Set by the test helpers (`cni_skel.harness.run_plugin_raw`) to a file
+#: path: a one-shot plugin process appends there, one JSON object a line
+#: (``category``, ``message``, ``filename``, ``lineno``, ``module``), each
+#: warning it shows, its DeprecationWarnings included (Python hides those by
+#: default), and the test process raises them again. Not read in warm mode.
+WARNINGS_ENV = "CNI_SKEL_WARNINGS"
 
 #: What launchers do when the worker cannot serve a call, chosen at install
 #: (``cni-skel install --fallback``): run the plugin one-shot in the

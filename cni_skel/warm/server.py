@@ -120,6 +120,7 @@ import socket
 import struct
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -245,17 +246,25 @@ def _warm(refs: list[str], log: LogSink) -> dict[str, Any]:
             _log(log, "", f"warm-up: cannot import {name}: {exc}")
     plugins: dict[str, Any] = {}
     for ref in refs:
-        try:
-            cls = resolve_ref(ref)
-            for attr in ("config_model", "args_model"):
-                if isinstance(getattr(cls, attr, None), str):
-                    resolve_ref(getattr(cls, attr))
-            pkg = sys.modules[cls.__module__]
-            for info in pkgutil.iter_modules(getattr(pkg, "__path__", [])):
-                importlib.import_module(f"{pkg.__name__}.{info.name}")
-        except Exception as exc:
-            _log(log, "", f"warm-up: cannot load plugin {ref}: {exc}")
-            continue
+        # A plugin using a deprecated name of cni_skel says so while it loads
+        # (a `verbs` class): log it, since Python hides DeprecationWarnings.
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always", DeprecationWarning)
+            try:
+                cls = resolve_ref(ref)
+                for attr in ("config_model", "args_model"):
+                    if isinstance(getattr(cls, attr, None), str):
+                        resolve_ref(getattr(cls, attr))
+                pkg = sys.modules[cls.__module__]
+                for info in pkgutil.iter_modules(getattr(pkg, "__path__", [])):
+                    importlib.import_module(f"{pkg.__name__}.{info.name}")
+            except Exception as exc:
+                _log(log, "", f"warm-up: cannot load plugin {ref}: {exc}")
+                continue
+        for w in seen:
+            if issubclass(w.category, DeprecationWarning):
+                _log(log, "", f"warm-up: {ref}: {w.filename}:{w.lineno}: "
+                              f"{w.category.__name__}: {w.message}")
         plugins[ref] = cls
     return plugins
 
