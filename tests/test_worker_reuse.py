@@ -85,7 +85,10 @@ class Pool:
 
 @pytest.fixture
 def pool(wdir, netns_factory):
-    p = Pool(wdir, netns_factory)
+    # One serving process: which of several idle ones takes a call is the
+    # kernel's choice (EPOLLEXCLUSIVE may wake more than one, and the first
+    # to accept wins), and these tests follow one process from call to call.
+    p = Pool(wdir, netns_factory, "--max-processes", "1")
     yield p
     p.stop()
 
@@ -175,7 +178,7 @@ def test_what_a_call_cannot_undo_ends_its_process(pool, what):
 
 
 def test_max_requests_recycles(wdir, netns_factory):
-    p = Pool(wdir, netns_factory, "--max-requests", "2")
+    p = Pool(wdir, netns_factory, "--max-requests", "2", "--max-processes", "1")
     try:
         pids = [p.probe()["pid"]]
         wait_idle(pids[0])
