@@ -12,10 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
 from . import compat
+from .env import ifname_problem
 from .errors import ERR_INVALID_NETWORK_CONFIG, ERR_UNSUPPORTED_FIELD, CNIError
 from .model import CNIModel
 from .tags import attachment_tag
@@ -24,10 +25,26 @@ from .types import DNS, Result, parse_result
 __all__ = [
     "GCAttachment",
     "IPAMConf",
+    "IfName",
     "NetConf",
     "config_error",
     "unsupported",
 ]
+
+
+def _ifname(value: str) -> str:
+    problem = ifname_problem(value)
+    if problem is not None:
+        msg, details = problem
+        raise PydanticCustomError("cni_ifname", f"{msg}: {details}" if details else msg)
+    return value
+
+
+#: An interface name a config gives (a bridge, a master, a device): a
+#: string that `cni_skel.env.ifname_problem` passes, so a name the kernel
+#: would refuse or rewrite (``br%d``) is refused with code 7, naming the key
+#: and the value, when the config is parsed: before any side effect.
+IfName = Annotated[str, AfterValidator(_ifname)]
 
 
 class IPAMConf(CNIModel):

@@ -29,6 +29,7 @@ __all__ = [
     "CmdArgs",
     "hand_over_netns",
     "handed_netns_fd",
+    "ifname_problem",
     "is_valid_name",
     "parse_cni_args",
     "parse_env",
@@ -248,26 +249,51 @@ def validate_network_name(name: str) -> None:
                        name)
 
 
-def validate_ifname(ifname: str) -> None:
-    """Linux interface name rule: 1-15 bytes, not ``.``/``..``, no ``/``,
-    ``:`` or space (the Go skel's), and text: UTF-8 without control
+def ifname_problem(name: str) -> tuple[str, str] | None:
+    """Why the kernel would refuse ``name`` as an interface name, or make
+    another name of it: ``(msg, details)``, or None for a good name. The one
+    rule for CNI_IFNAME (`validate_ifname`, code 4) and every interface name
+    a config gives (`cni_skel.config.IfName`, code 7) or a netlink helper
+    creates.
+
+    The kernel's ``dev_valid_name()`` (the Go skel's rule: 1-15 bytes, not
+    ``.``/``..``, no ``/``, ``:`` or whitespace), and no ``%``: the kernel
+    takes such a name as a template (``eth%d``) and picks a free name itself,
+    so the link would not have the name the plugin asked for (ours; Go 1.1.1
+    accepts it and leaves the link behind). Also text: UTF-8 without control
     characters (ours: the result names the interface in a JSON string).
+    """
+    if not name:
+        return "interface name is empty", ""
+    if _byte_len(name) > IFNAMSIZ - 1:
+        return ("interface name is too long",
+                f"interface name should be less than {IFNAMSIZ} characters")
+    if name in (".", ".."):
+        return "interface name is . or ..", ""
+    if any(c in "/:" or c.isspace() for c in name):
+        return "interface name contains / or : or whitespace characters", ""
+    if "%" in name:
+        return ("interface name contains %",
+                f'the kernel would take "{show(name)}" as a name template and choose '
+                "another name")
+    try:
+        _text_rule("interface name", name)
+    except CNIError as exc:
+        return exc.msg, exc.details
+    return None
+
+
+def validate_ifname(ifname: str) -> None:
+    """CNI_IFNAME's rule: `ifname_problem` (the Go skel's messages).
 
     Raises:
-        CNIError: code 4, with the Go skel's messages, or ``interface name is
-            not valid UTF-8`` / ``interface name contains control characters``.
+        CNIError: code 4, with the Go skel's messages, or ``interface name
+            contains %``, ``interface name is not valid UTF-8`` /
+            ``interface name contains control characters``.
     """
-    if not ifname:
-        raise CNIError(ERR_INVALID_ENVIRONMENT_VARIABLES, "interface name is empty")
-    if _byte_len(ifname) > IFNAMSIZ - 1:
-        raise CNIError(ERR_INVALID_ENVIRONMENT_VARIABLES, "interface name is too long",
-                       f"interface name should be less than {IFNAMSIZ} characters")
-    if ifname in (".", ".."):
-        raise CNIError(ERR_INVALID_ENVIRONMENT_VARIABLES, "interface name is . or ..")
-    if any(c in "/:" or c.isspace() for c in ifname):
-        raise CNIError(ERR_INVALID_ENVIRONMENT_VARIABLES,
-                       "interface name contains / or : or whitespace characters")
-    _text_rule("interface name", ifname)
+    problem = ifname_problem(ifname)
+    if problem is not None:
+        raise CNIError(ERR_INVALID_ENVIRONMENT_VARIABLES, *problem)
 
 
 def validate_netns(netns: str) -> None:

@@ -74,6 +74,7 @@ from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
 from cni_skel import compat
+from cni_skel.env import ifname_problem
 from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, CNIError
 from cni_skel.rtnl import Rtnl, build
 
@@ -255,14 +256,9 @@ def _plausible_ifname(name: str) -> bool:
 
 
 def _check_ifname(name: str) -> str:
-    """Validate an interface name as the kernel's dev_valid_name() (code 7)."""
-    if (
-        not isinstance(name, str)
-        or not name
-        or len(name.encode()) >= IFNAMSIZ
-        or name in (".", "..")
-        or any(c == "/" or c == ":" or c.isspace() for c in name)
-    ):
+    """A name for a link to create: `cni_skel.env.ifname_problem` (the
+    kernel's dev_valid_name(), and no ``%`` template) or code 7."""
+    if not isinstance(name, str) or ifname_problem(name) is not None:
         raise CNIError(ERR_INVALID_NETWORK_CONFIG, f'invalid interface name "{name}"')
     return name
 

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from cni_skel.args import K8sArgs, MacAddress
-from cni_skel.config import NetConf, unsupported
+from cni_skel.config import IfName, NetConf, unsupported
 from cni_skel.model import CNIModel
 
 __all__ = ["BridgeArgs", "BridgeConf", "BridgeConfArgs", "BridgeRuntimeConfig", "VlanTrunk"]
@@ -90,7 +90,7 @@ class BridgeConf(NetConf):
     IPAM, an invalid MAC.
     """
 
-    bridge: str = DEFAULT_BRIDGE
+    bridge: IfName = DEFAULT_BRIDGE
     is_gateway: bool = Field(False, alias="isGateway")
     is_default_gateway: bool = Field(False, alias="isDefaultGateway")
     force_address: bool = Field(False, alias="forceAddress")
