@@ -161,12 +161,14 @@ class CmdArgs:
 
     def identity_error(self) -> CNIError | None:
         """The code-4 error ADD answers for this container ID and ifname
-        (missing, or breaking `validate_container_id` / `validate_ifname`);
-        None when both are valid. ADD never makes anything for such an
-        attachment, so the skel answers its DEL with success, running no
-        plugin code: a DEL that fails for good is retried forever."""
+        (missing, or breaking `validate_container_id` / the Go skel's ifname
+        rule); None when both are valid. No plugin makes anything for such
+        an attachment, so the skel answers its DEL with success, running no
+        plugin code: a DEL that fails for good is retried forever. (An
+        ifname with ``%``, which our ADD refuses but Go's accepted, still
+        gets its DEL: see `ifname_problem`.)"""
         for name, value, rule in (("CNI_CONTAINERID", self.container_id, validate_container_id),
-                                  ("CNI_IFNAME", self.ifname, validate_ifname)):
+                                  ("CNI_IFNAME", self.ifname, _validate_go_ifname)):
             if not value:
                 return CNIError(ERR_INVALID_ENVIRONMENT_VARIABLES,
                                 f"required env variables [{name}] missing")
@@ -249,6 +251,25 @@ def validate_network_name(name: str) -> None:
                        name)
 
 
+def _go_ifname_problem(name: str) -> tuple[str, str] | None:
+    # The Go skel's rule (and text): what a DEL still accepts, since Go's
+    # plugins may have made an attachment of a name ours refuse (a "%").
+    if not name:
+        return "interface name is empty", ""
+    if _byte_len(name) > IFNAMSIZ - 1:
+        return ("interface name is too long",
+                f"interface name should be less than {IFNAMSIZ} characters")
+    if name in (".", ".."):
+        return "interface name is . or ..", ""
+    if any(c in "/:" or c.isspace() for c in name):
+        return "interface name contains / or : or whitespace characters", ""
+    try:
+        _text_rule("interface name", name)
+    except CNIError as exc:
+        return exc.msg, exc.details
+    return None
+
+
 def ifname_problem(name: str) -> tuple[str, str] | None:
     """Why the kernel would refuse ``name`` as an interface name, or make
     another name of it: ``(msg, details)``, or None for a good name. The one
@@ -262,25 +283,17 @@ def ifname_problem(name: str) -> tuple[str, str] | None:
     so the link would not have the name the plugin asked for (ours; Go 1.1.1
     accepts it and leaves the link behind). Also text: UTF-8 without control
     characters (ours: the result names the interface in a JSON string).
+
+    A DEL is held to the Go skel's rule only (`CmdArgs.identity_error`): an
+    attachment named with ``%`` may have been made by Go's plugins, and its
+    DEL must still release what they left.
     """
-    if not name:
-        return "interface name is empty", ""
-    if _byte_len(name) > IFNAMSIZ - 1:
-        return ("interface name is too long",
-                f"interface name should be less than {IFNAMSIZ} characters")
-    if name in (".", ".."):
-        return "interface name is . or ..", ""
-    if any(c in "/:" or c.isspace() for c in name):
-        return "interface name contains / or : or whitespace characters", ""
-    if "%" in name:
-        return ("interface name contains %",
-                f'the kernel would take "{show(name)}" as a name template and choose '
-                "another name")
-    try:
-        _text_rule("interface name", name)
-    except CNIError as exc:
-        return exc.msg, exc.details
-    return None
+    problem = _go_ifname_problem(name)
+    if problem is None and "%" in name:
+        problem = ("interface name contains %",
+                   f'the kernel would take "{show(name)}" as a name template and choose '
+                   "another name")
+    return problem
 
 
 def validate_ifname(ifname: str) -> None:
@@ -292,6 +305,12 @@ def validate_ifname(ifname: str) -> None:
             ``interface name contains control characters``.
     """
     problem = ifname_problem(ifname)
+    if problem is not None:
+        raise CNIError(ERR_INVALID_ENVIRONMENT_VARIABLES, *problem)
+
+
+def _validate_go_ifname(ifname: str) -> None:
+    problem = _go_ifname_problem(ifname)
     if problem is not None:
         raise CNIError(ERR_INVALID_ENVIRONMENT_VARIABLES, *problem)
 

@@ -50,7 +50,7 @@ class CNIModel(BaseModel):
             if not isinstance(key, str) or key in cls._cni_exact:
                 continue
             target = cls._cni_folded.get(key.lower())
-            if target is not None and target not in data:
+            if target is not None:  # the last of the spellings wins, as in Go
                 if renamed is None:
                     renamed = {}
                 renamed[key] = target

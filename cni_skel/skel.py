@@ -34,7 +34,7 @@ from .version import (
     parse_version,
     version_at_least,
 )
-from .warm.protocol import MAX_STDIN_BYTES, WARNINGS_ENV
+from .warm.protocol import MAX_STDIN_BYTES, WARNINGS_ENV, go_field
 
 TYPE_CHECKING = False  # typing/collections.abc stay out of the VERSION path
 if TYPE_CHECKING:
@@ -278,7 +278,7 @@ def version_answer(plugin: type[Plugin], stdin_data: bytes) -> bytes:
     asked = CURRENT_VERSION
     try:
         req = json.loads(stdin_data) if stdin_data.strip() else {}
-        v = req.get("cniVersion") if isinstance(req, dict) else None
+        v = go_field(req, "cniVersion")
         if isinstance(v, str):
             parse_version(v)
             asked = v
@@ -347,7 +347,9 @@ def _dispatch(plugin: type[Plugin], env: Mapping[str, str], stdin_data: bytes,
         if not isinstance(raw, dict):
             raise CNIError(ERR_DECODING_FAILURE, "error unmarshall network config: "
                            f"expected a JSON object, got {type(raw).__name__}")
-        name = raw.get("name", "")
+        name = go_field(raw, "name")
+        if name is None:
+            name = ""
         if not isinstance(name, str):
             raise CNIError(ERR_DECODING_FAILURE, "error unmarshall network config: "
                            f"name must be a string, got {name!r}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from .errors import ERR_DECODING_FAILURE, ERR_INCOMPATIBLE_CNI_VERSION, CNIError
+from .warm.protocol import go_field
 
 __all__ = [
     "ALL_VERSIONS",
@@ -47,11 +48,14 @@ def version_at_least(version: str, minimum: str) -> bool:
 
 def config_version(conf: dict) -> str:
     """The ``cniVersion`` of a decoded config: ``"0.1.0"`` when absent or empty.
+    The key matches as Go and the config models match it (`go_field`:
+    ``CNIVERSION`` too, the last one winning), so the version ADD checks is
+    the one its result is written in.
 
     Raises:
         CNIError: code 6 when cniVersion is present but not a string.
     """
-    v = conf.get("cniVersion", "")
+    v = go_field(conf, "cniVersion")  # CNIVERSION too, as the model and Go read it
     if v is None or v == "":
         return "0.1.0"
     if not isinstance(v, str):

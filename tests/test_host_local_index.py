@@ -167,7 +167,8 @@ def test_old_id_only_files_and_odd_owners(data_dir):
     c = conf(data_dir, subnet="10.87.0.0/24")
     d = data_dir / NET
     ok("ADD", c, "cA")                                 # 10.87.0.2
-    ok("ADD", c, "cA", "e%41")                         # the ifname escapes: not eA
+    assert code("ADD", c, "cA", "e%41") == 4           # ours refuses a "%" ifname; Go's took it:
+    (d / "10.87.0.3").write_bytes(b"cA\r\ne%41")       # the ifname escapes: not eA
     (d / "10.87.0.50").write_bytes(b"cA")              # old Go: ID only, same container
     (d / "10.87.0.51").write_bytes(b"c%41\r\neth0")    # a foreign file: cid "c%41" != "cA"
     (d / "10.87.0.52").write_bytes(b"cA\tx\r\neth0")   # tab in a foreign ID
@@ -178,13 +179,15 @@ def test_old_id_only_files_and_odd_owners(data_dir):
     assert_index_right(data_dir)
     assert ("%FF%FE/%00", "10.87.0.53") in index_entries(data_dir)
     assert code("CHECK", c, "eA") == 3
-    ok("CHECK", c, "cA", "e%41")
+    assert code("CHECK", c, "cA", "e%41") == 4
     ok("DEL", c, "cA")          # Go: the new-format file of (cA, eth0) only
     assert "10.87.0.2" not in files(data_dir) and "10.87.0.50" in files(data_dir)
     ok("DEL", c, "cA")          # now none is left: the ID-only one goes
     assert "10.87.0.50" not in files(data_dir)
     assert sorted(files(data_dir)) == ["10.87.0.3", "10.87.0.51", "10.87.0.52", "10.87.0.53",
                                         "10.87.0.54", "10.87.0.55"]
+    ok("DEL", c, "cA", "e%41")  # a DEL still releases what Go made for a "%" ifname
+    assert "10.87.0.3" not in files(data_dir)
     assert_index_right(data_dir)
 
 

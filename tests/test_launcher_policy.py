@@ -127,7 +127,11 @@ PLAIN_VERSION_CONFIGS = [
     b'{"cniVersion":"0.4.0"} x', b'{"cniVersion":"0.4.0","x":"\xff"}', b'{"a":"\\x"}',
     b'{"cniVersion":"0.4.0","cniVersion":3}', b'[{"cniVersion":"0.4.0"}]',
     b'{"cniVersion":"01.2.3"}', b'{"cniVersion": "1.0.0", "n": -0.5e+3}', b" \t\n",
-    b'{"cniVersion":"0.3.1","a":[1,{"b":null}],"c":true}', b"{" * 300 + b"}" * 300]
+    b'{"cniVersion":"0.3.1","a":[1,{"b":null}],"c":true}', b"{" * 300 + b"}" * 300,
+    # keys match as Go matches them: any ASCII case, the last one winning
+    b'{"CNIVERSION":"0.4.0"}', b'{"cniVersion":"1.0.0","cniversion":"0.3.1"}',
+    b'{"CniVersion":"0.4.0","cniVersion":"1.0.0","name":"n"}',
+    b'{"cniVersion":"0.4.0","CNIVERSION":1}', b'{"a":{"CNIVERSION":"0.4.0"}}']
 UNSURE_VERSION_CONFIGS = [b'{"cniVersion":"1.0.\\u0030"}', b'{"cniVers\\u0069on":"0.4.0"}',
                           b'\xef\xbb\xbf{"cniVersion":"0.4.0"}', b'{"cniVersion":"1.0.0\\n"}']
 

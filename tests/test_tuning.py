@@ -795,3 +795,22 @@ def test_dbnet_chain_bridge_then_tuning(bridge_plugin, tuning, node_netns, pod_n
     run_plugin(bridge, "DEL", check_bridge, cni_path=bridge_path, **common)
     with NetNS.open(pod_netns.path) as n, n.iproute() as ipr:
         assert netlink.find_link(ipr, "eth0") is None
+
+
+def test_the_config_version_in_any_case_is_the_result_version(tuning, env):
+    """Go reads ``CNIVERSION`` as ``cniVersion`` (keys match case-insensitively,
+    the last one wins), and so do the config model, the checks before the first
+    side effect and the result writer: with a prevResult that has no IPs, a
+    1.0.0 config is answered at 1.0.0. It was checked at 1.0.0 and written at
+    0.1.0 ("cannot convert"), after the sysctl was set and the saved-values
+    file written (issue 33, item 3; found by fuzzing)."""
+    before = snapshot(env)
+    c = conf(env, with_prev=False, sysctl={"net.core.somaxconn": "500"})
+    del c["cniVersion"]
+    c["CNIVERSION"] = "1.0.0"
+    c["prevResult"] = {**prev(env, "1.0.0"), "ips": []}
+    result = run(tuning, "ADD", c, env)
+    assert result["cniVersion"] == "1.0.0" and "ips" not in result, result
+    assert sysctl(env.pod, "net/core/somaxconn") == "500"
+    assert run(tuning, "DEL", c, env) is None
+    assert snapshot(env) == before and not os.path.exists(env.state_file)

@@ -68,6 +68,7 @@ from .protocol import (
     decode_reply_header,
     encode_request,
     fallback_log,
+    go_field,
     status_name,
 )
 
@@ -304,7 +305,7 @@ def version_answer(stdin_data, supported, current):
             doc = _loads(stdin_data)
         except ValueError:
             doc = None
-        v = doc.get("cniVersion") if isinstance(doc, dict) else None
+        v = go_field(doc, "cniVersion")
         if isinstance(v, str) and _is_version(v):
             asked = v
     items = ",\n".join("        " + _jstr(v) for v in supported)
@@ -318,7 +319,7 @@ def error_answer(code, msg, details, stdin_data, all_versions, current):
     version = current
     try:
         doc = _loads(stdin_data)
-        v = doc.get("cniVersion") if isinstance(doc, dict) else None
+        v = go_field(doc, "cniVersion")
         if v in all_versions:
             version = v
     except (ValueError, RecursionError):

@@ -235,7 +235,8 @@ try:
 except Exception as _exc:  # the launcher code is gone: say so in the spec's format
     import json
     try:
-        _v = json.loads(sys.stdin.buffer.read()).get("cniVersion")
+        _d = json.loads(sys.stdin.buffer.read())  # protocol.go_field's rule, inline:
+        _v = [v for k, v in _d.items() if isinstance(k, str) and k.lower() == "cniversion"][-1]
     except Exception:
         _v = None
     sys.stdout.write(json.dumps({{

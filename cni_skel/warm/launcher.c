@@ -147,7 +147,7 @@ static void out_jstr(struct out *o, const char *s, size_t n) {
 
 /* ---- the config's cniVersion, without a JSON library --------------------
  * json.loads' grammar for UTF-8 input: the whole document is checked, and
- * the last top-level "cniVersion" key wins, as in a Python dict. What json
+ * the last top-level "cniVersion" key, in any ASCII case, wins (as Go reads it). What json
  * would decode differently than read here -- NUL bytes or a BOM (other
  * encodings), and a cniVersion value with escapes or non-ASCII characters
  * -- is J_UNSURE: left to the json module (or, with no Python, answered as
@@ -163,6 +163,19 @@ struct jscan {
     size_t ver_len;
     int ver_unsure;  /* ... when it is a string with escapes or non-ASCII */
 };
+
+/* "cniVersion" in any ASCII case: Go's encoding/json matches keys to fields
+ * case-insensitively, the last one winning (protocol.go_field, the rule the
+ * Python side follows). */
+static int j_version_key(const unsigned char *k) {
+    static const char want[] = "cniversion";
+    for (size_t i = 0; i < 10; i++) {
+        unsigned char c = k[i];
+        if (c >= 'A' && c <= 'Z') c = (unsigned char)(c - 'A' + 'a');
+        if (c != (unsigned char)want[i]) return 0;
+    }
+    return 1;
+}
 
 static void j_ws(struct jscan *s) {
     while (s->i < s->n && (s->b[s->i] == ' ' || s->b[s->i] == '\t' || s->b[s->i] == '\n' ||
@@ -271,7 +284,7 @@ static int j_value(struct jscan *s, int depth, const unsigned char **str, size_t
                     /* an escaped key might spell cniVersion: json decides */
                     return J_UNSURE;
                 }
-                if (depth == 0 && key_len == 10 && !memcmp(key, "cniVersion", 10)) {
+                if (depth == 0 && key_len == 10 && j_version_key(key)) {
                     s->ver = v;
                     s->ver_len = v ? v_len : 0;
                     s->ver_unsure = v && !v_plain;

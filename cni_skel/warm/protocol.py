@@ -62,6 +62,25 @@ REQUIRED_ENV = "CNI_SKEL_WORKER_REQUIRED"
 #: default), and the test process raises them again. Not read in warm mode.
 WARNINGS_ENV = "CNI_SKEL_WARNINGS"
 
+
+
+def go_field(doc, key):
+    """The value a Go plugin decodes for the top-level ``key`` of the JSON
+    object ``doc`` (a dict; anything else: None): Go's encoding/json matches
+    object keys to a struct's fields case-insensitively (ASCII) and the last
+    matching key wins, so ``{"CNIVERSION": "1.0.0"}`` is a config at 1.0.0.
+    None when no key matches. The one rule every reader of a config's
+    ``cniVersion`` and ``name`` follows (the skel, `cni_skel.model.CNIModel`,
+    the launchers, the worker; launcher.c's scanner in C)."""
+    found = None
+    if isinstance(doc, dict):
+        folded = key.lower()
+        for name, value in doc.items():
+            if isinstance(name, str) and len(name) == len(key) and name.lower() == folded:
+                found = value
+    return found
+
+
 #: What launchers do when the worker cannot serve a call, chosen at install
 #: (``cni-skel install --fallback``): run the plugin one-shot in the
 #: launcher's process with a warning on stderr, or answer spec error 11

@@ -154,6 +154,7 @@ from .protocol import (
     ST_VERSION,
     decode_fields,
     encode_reply,
+    go_field,
     request_header,
     version_range,
 )
@@ -1537,7 +1538,7 @@ def _rehearse(plugins: dict[str, Any]) -> None:
 def _config_version(stdin: bytes) -> str:
     # The worker has json loaded; the launcher's light parser refuses escapes.
     try:
-        v = json.loads(stdin).get("cniVersion")
+        v = go_field(json.loads(stdin), "cniVersion")
     except Exception:
         return ""
     return v if v in ALL_VERSIONS else ""

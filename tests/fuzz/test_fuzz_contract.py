@@ -137,7 +137,10 @@ def config_version(stdin: bytes) -> str | None:
         return None
     if not isinstance(doc, dict):
         return None
-    v = doc.get("cniVersion")
+    v = None
+    for key, value in doc.items():  # as Go decodes it: any case, the last key wins
+        if key.lower() == "cniversion":
+            v = value
     if v is None or v == "":
         return "0.1.0"
     return v if v in ALL_VERSIONS else None
