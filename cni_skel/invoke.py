@@ -42,6 +42,7 @@ from .errors import (
     CNIError,
 )
 from .rollback import Rollback, rollback
+from .skel import decode_config
 from .types import parse_result
 
 __all__ = [
@@ -392,24 +393,17 @@ def _config_text(stdin_data: bytes | str) -> str:
     is how the skel read it), once known to hold a JSON object.
 
     Raises:
-        CNIError: code 6 otherwise.
+        CNIError: code 6 otherwise (`cni_skel.skel.decode_config`).
     """
-    try:
-        if isinstance(stdin_data, str):
-            text = stdin_data
-        else:
-            data = bytes(stdin_data)
+    text = stdin_data
+    if not isinstance(text, str):
+        data = bytes(stdin_data)
+        try:
             text = data.decode(json.detect_encoding(data), "surrogatepass")
-        doc = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CNIError(ERR_DECODING_FAILURE, f"error unmarshall network config: {exc}") \
-            from None
-    except RecursionError:
-        raise CNIError(ERR_DECODING_FAILURE, "error unmarshall network config: nested "
-                       "too deeply") from None
-    if not isinstance(doc, dict):
-        raise CNIError(ERR_DECODING_FAILURE, "error unmarshall network config: "
-                       f"expected a JSON object, got {type(doc).__name__}")
+        except UnicodeDecodeError:
+            decode_config(data)  # raises the skel's code 6 for these bytes
+            raise
+    decode_config(text)
     return text
 
 

@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from typing import IO, Any, ClassVar
 
 
-__all__ = ["Plugin", "dispatch", "error_answer", "load_config", "resolve_ref", "run_plugin_main",
-           "version_answer"]
+__all__ = ["Plugin", "decode_config", "dispatch", "error_answer", "load_config", "resolve_ref",
+           "run_plugin_main", "version_answer"]
 
 # Minimum config version per verb (spec: CHECK 0.4.0, STATUS and GC 1.1.0).
 _MIN_VERSION = {"CHECK": "0.4.0", "STATUS": "1.1.0", "GC": "1.1.0"}
@@ -336,17 +336,7 @@ def _dispatch(plugin: type[Plugin], env: Mapping[str, str], stdin_data: bytes,
             raise CNIError(ERR_IO_FAILURE, "error reading from stdin: the network configuration "
                            f"is larger than {MAX_STDIN_BYTES} bytes")
 
-        try:
-            raw = json.loads(stdin_data)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise CNIError(ERR_DECODING_FAILURE, f"error unmarshall network config: {exc}") \
-                from None
-        except RecursionError:  # nesting deeper than the interpreter's stack
-            raise CNIError(ERR_DECODING_FAILURE, "error unmarshall network config: nested "
-                           "too deeply") from None
-        if not isinstance(raw, dict):
-            raise CNIError(ERR_DECODING_FAILURE, "error unmarshall network config: "
-                           f"expected a JSON object, got {type(raw).__name__}")
+        raw = decode_config(stdin_data)
         name = go_field(raw, "name")
         if name is None:
             name = ""
@@ -398,6 +388,28 @@ def _dispatch(plugin: type[Plugin], env: Mapping[str, str], stdin_data: bytes,
         traceback.print_exc(file=err_out)
         msg = str(exc) or type(exc).__name__
         return error_answer(CNIError(ERR_INTERNAL, msg), version)
+
+
+def decode_config(stdin_data: bytes | str) -> dict:
+    """The config on stdin as the JSON object it must be (bytes in any of
+    JSON's encodings, as `json.loads` reads them).
+
+    Raises:
+        CNIError: code 6 ``error unmarshall network config: ...`` (Go's text)
+            for anything else: not JSON, nested too deeply, not an object.
+    """
+    try:
+        raw = json.loads(stdin_data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CNIError(ERR_DECODING_FAILURE, f"error unmarshall network config: {exc}") \
+            from None
+    except RecursionError:  # nesting deeper than the interpreter's stack
+        raise CNIError(ERR_DECODING_FAILURE, "error unmarshall network config: nested "
+                       "too deeply") from None
+    if not isinstance(raw, dict):
+        raise CNIError(ERR_DECODING_FAILURE, "error unmarshall network config: "
+                       f"expected a JSON object, got {type(raw).__name__}")
+    return raw
 
 
 def load_config(plugin: type[Plugin], raw: dict) -> Any:
