@@ -475,7 +475,10 @@ def test_crashing_child_answers_11(worker, wbin, node_netns, pod_netns, mode):
     assert launcher.ping(worker.sock)[0]
 
 
-def test_non_root_client_is_refused(worker):
+@pytest.mark.parametrize("extra", [0, 4 << 20], ids=["ping", "ping-4MiB"])
+def test_non_root_client_is_refused(worker, extra):
+    """The refusal reaches the client even when the worker closes before the
+    request is sent whole (a request larger than the socket buffer: EPIPE)."""
     os.chmod(worker.sock, 0o666)  # let the filesystem allow it: the worker must refuse
     r, w = os.pipe()
     pid = os.fork()
@@ -486,8 +489,8 @@ def test_non_root_client_is_refused(worker):
             os.setgid(65534)
             os.setuid(65534)
             s = launcher.connect(worker.sock, 10)
-            launcher.send_request(s, protocol.encode_request([b"ping"]))
-            status, _, body = launcher.read_reply(s)
+            fields = [b"ping"] + ([b"x" * extra] if extra else [])
+            status, _, body = launcher.exchange(s, protocol.encode_request(fields))
             os.write(w, bytes([status]) + body)
         except BaseException as exc:
             os.write(w, b"\xff" + repr(exc).encode())

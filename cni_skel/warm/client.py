@@ -145,6 +145,23 @@ def read_reply(sock):
     return status, code, body
 
 
+def exchange(sock, message, fds=()):
+    """Send one request and read its reply: ``(status, code, body)``.
+
+    A worker that refuses a client (not root) answers and closes without
+    reading the request, so the send may fail (EPIPE) after the answer is
+    already waiting: it is read all the same. With no answer either, the
+    request cannot have run: `_NotRun`."""
+    try:
+        send_request(sock, message, fds)
+    except OSError as exc:
+        try:
+            return read_reply(sock)
+        except (WorkerGone, _NotRun):
+            raise _NotRun(f"sending the request failed: {exc}") from None
+    return read_reply(sock)
+
+
 def ping(path, timeout=5.0):
     """Ask the worker at ``path`` whether it serves: ``(True, its description)``
     or ``(False, why not)``."""
@@ -153,8 +170,7 @@ def ping(path, timeout=5.0):
     except OSError as exc:
         return False, f"cannot connect: {exc.strerror or exc}"
     try:
-        send_request(sock, encode_request([KIND_PING]))
-        status, _, body = read_reply(sock)
+        status, _, body = exchange(sock, encode_request([KIND_PING]))
     except (OSError, WorkerGone, _NotRun) as exc:
         return False, str(exc)
     finally:
@@ -392,17 +408,9 @@ def _run_request(sock, ref, pythonpath, data, fallback=FALLBACK_ONESHOT):
                           f"python {fallback}".encode()])
     fds = _context_fds()
     try:
-        send_request(sock, msg, fds)
-    except OSError as exc:
-        # The worker closed before reading it all, so it cannot have run it;
-        # it may have said why (refused) first.
-        try:
-            return read_reply(sock)
-        except (WorkerGone, _NotRun):
-            raise _NotRun(f"sending the request failed: {exc}") from None
+        return exchange(sock, msg, fds)
     finally:
         _close_context_fds(fds)
-    return read_reply(sock)
 
 
 def one_shot(ref, pythonpath, data=None, all_versions=(), current="1.1.0"):
