@@ -15,9 +15,14 @@ PY       := $(VENV)/bin/python
 # systemd-socket-activate and systemd-analyze, which run and check the worker's
 # units in the demo and the tests (systemd itself is not started); mmdebstrap +
 # buildah: the node image (`make image`, tests/test_image.py), built from
-# Debian's packages and PyPI with no container registry.
+# Debian's packages and PyPI with no container registry; qemu-system-x86 +
+# linux-image-amd64 + cpio: tests marked kernel(...) needing what the host's
+# kernel may lack (dummy, ipvlan, vlan, vrf, bridge VLAN filtering) run in a
+# qemu VM of Debian's kernel (tests/kernelvm.py; its initramfs, busybox-static
+# and a few modules, is read with `zcat initrd.gz | cpio -itv`).
 SYS_PKGS := iproute2 nftables libnftables1 containernetworking-plugins python3 python3-venv \
-            containerd runc busybox-static gcc libc6-dev systemd mmdebstrap buildah
+            containerd runc busybox-static gcc libc6-dev systemd mmdebstrap buildah \
+            qemu-system-x86 linux-image-amd64 cpio
 
 .PHONY: all deps venv demo test install image lint api api-check docs dist-check bench bench-quick
 .PHONY: fuzz clean

@@ -31,6 +31,8 @@ from cni_skel.harness import SocketActivation
 from cni_skel.warm.client import ping
 from cni_skel.warm.install import plugin_registry, write_executable
 
+from .interfaces import PLUGINS as IFACE_PLUGINS
+
 GO_BIN = "/usr/lib/cni"
 PLUGINS = ("bridge", "host-local", "loopback", "portmap", "tuning")
 
@@ -158,7 +160,7 @@ class OneShotMode(Mode):
 
     def install(self, work_dir: str) -> None:
         self.refs = plugin_registry()
-        missing = [p for p in PLUGINS if p not in self.refs]
+        missing = [p for p in (*PLUGINS, *IFACE_PLUGINS) if p not in self.refs]
         if missing:
             raise ModeUnavailable(f"plugins not registered: {', '.join(missing)}")
         self.bin_dir = os.path.join(work_dir, f"bin-{self.key}")
@@ -166,7 +168,7 @@ class OneShotMode(Mode):
         # (A cni_skel without launchers writes plain scripts: its default install.)
         if "worker_socket" in inspect.signature(write_executable).parameters:
             kw["worker_socket"] = self.worker_socket(work_dir)  # None: plain one-shot script
-        for name in PLUGINS:
+        for name in (*PLUGINS, *IFACE_PLUGINS):
             write_executable(self.bin_dir, name, self.refs[name], force=True, **kw)
 
     def worker_socket(self, work_dir: str) -> str | None:

@@ -22,7 +22,6 @@ import os
 import platform
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,12 +35,26 @@ from dataclasses import dataclass
 from cni_skel.harness import create_netns, remove_netns
 from cni_skel.warm.install import python_argv
 
+from . import interfaces
 from .modes import MODES, PLUGINS, Mode, ModeUnavailable
+from .stats import (
+    MiB,
+    busy_share,
+    cpu_ticks,
+    log,
+    med,
+    mib,
+    ms,
+    p95,
+    p99,
+    pct,
+    ratio,
+    rx,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CNI_VERSION = "1.0.0"  # the newest Go 1.1.1 speaks
 PATH_ENV = "/usr/sbin:/usr/bin:/sbin:/bin"
-MiB = 1024
 IDLE_PROCESSES = 3  # a quiet worker: its parent and its 2 spares (--spares)
 
 
@@ -68,64 +81,6 @@ FULL = Profile("full", pods=50, version_samples=30, scale_samples=15,
                churn_workers=(2, 8), chain_pods=1000)
 #: modes the full chain churn runs (one-shot, ~25x Go per call, would take too long)
 CHAIN_MODES = ("go", "warm")
-
-
-def log(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-# --- statistics -----------------------------------------------------------------
-
-
-def cpu_ticks() -> tuple[int, int]:
-    """(all, idle + iowait) jiffies of the machine's CPUs (/proc/stat)."""
-    with open("/proc/stat") as fp:
-        values = [int(v) for v in fp.readline().split()[1:]]
-    return sum(values), values[3] + values[4]
-
-
-def busy_share(before: tuple[int, int], after: tuple[int, int]) -> float | None:
-    """The share of the machine's CPU time that was busy between two `cpu_ticks`."""
-    total = after[0] - before[0]
-    return None if total <= 0 else 1 - (after[1] - before[1]) / total
-
-
-def med(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
-def p95(values: list[float]) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return s[max(0, math.ceil(0.95 * len(s)) - 1)]
-
-
-def p99(values: list[float]) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return s[max(0, math.ceil(0.99 * len(s)) - 1)]
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
-
-
-def ms(x: float | None, digits: int = 1) -> str:
-    return "-" if x is None else f"{x * 1000:.{digits}f}"
-
-
-def mib(kib: float | None) -> str:
-    return "-" if kib is None else f"{kib / MiB:.1f}"
-
-
-def pct(share: float | None) -> str:
-    return "-" if share is None else f"{share * 100:.0f}%"
-
-
-def rx(r: float | None) -> str:
-    return "-" if r is None else f"{r:.2f}x"
 
 
 class MemSampler:
@@ -787,6 +742,7 @@ class Bench:
         self.setup()
         self.version()
         self.lifecycle()
+        interfaces.run(self)
         self.idle_memory("after the lifecycle")
         self.churn()
         self.chain_churn()
@@ -970,6 +926,8 @@ class Bench:
               "Imports: the rest, split in proportion to one `-X importtime` trace per call "
               "(a module counts for the package that imported it first: asyncio under pyroute2; "
               "pydantic model classes built at import count as ours).")
+
+        interfaces.report(self, w)
 
         budgets = self.budgets(chains)
         w("\n## Budgets\n")
@@ -1207,6 +1165,7 @@ class Bench:
     def budgets(self, chains: dict) -> list[tuple[str, str, bool | None]]:
         b: list[tuple[str, str, bool | None]] = self.default_budgets(chains)
         b += self.issue20_budgets(chains)
+        b += interfaces.budgets(self)
         vw = {p: med(self.sel("version", "oneshot", p)) for p in PLUGINS}
         vr = {p: med(self.sel("version", "oneshot", p, key="rss")) for p in PLUGINS}
         worst = max(vw, key=lambda p: vw[p] or 0)

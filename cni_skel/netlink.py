@@ -36,6 +36,7 @@ Conventions:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import ipaddress
@@ -86,6 +87,8 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     Socket = IPRoute | Rtnl
 
 __all__ = [
+    "IPVLAN_MODES",
+    "MACVLAN_MODES",
     "Link",
     "LinkExists",
     "LinkNotFound",
@@ -98,7 +101,12 @@ __all__ = [
     "bridge_vlan_add",
     "bridge_vlan_del",
     "bridge_vlans",
+    "create_dummy",
+    "create_ipvlan",
+    "create_macvlan",
     "create_veth_pair",
+    "create_vlan",
+    "default_route_interface",
     "del_address",
     "del_route",
     "delete_link",
@@ -109,6 +117,7 @@ __all__ = [
     "link_index",
     "link_set",
     "link_up",
+    "links",
     "move_link",
     "route_get",
     "routes",
@@ -298,6 +307,15 @@ class Link:
         peer_index: IFLA_LINK: a veth's peer or a VLAN's parent, possibly an
             index in another namespace; None when not set.
         flags: the raw IFF_* flags.
+        mode: the kind's mode: a macvlan's ``"bridge"``, ``"private"``,
+            ``"vepa"``, ``"passthru"`` or ``"source"``; an ipvlan's ``"l2"``,
+            ``"l3"`` or ``"l3s"``; None for other kinds.
+        vlan_id: a vlan link's VLAN ID (0..4094); None for other kinds.
+        alias: IFLA_IFALIAS (``ip link set NAME alias TEXT``; set it with
+            ``link_set(ipr, name, ifalias=TEXT)``), None when unset.
+        link_netnsid: IFLA_LINK_NETNSID: set when `peer_index` / `parent`
+            is an index in another namespace (a link created into or moved
+            to a pod keeps its parent in the node's); None when it is here.
 
     Helpers taking a link accept a `Link`, an ifindex or a name; given a
     `Link` or an index they send no look-up of their own.
@@ -318,6 +336,17 @@ class Link:
     master: int | None = None
     peer_index: int | None = None
     flags: int = 0
+    mode: str | None = None
+    vlan_id: int | None = None
+    link_netnsid: int | None = None
+    alias: str | None = None
+
+    @property
+    def parent(self) -> int | None:
+        """The ifindex of the link a macvlan, ipvlan or vlan sits on
+        (IFLA_LINK, the same number as `peer_index`), None for other kinds.
+        An index in another namespace when `link_netnsid` is set."""
+        return self.peer_index if self.kind in _CHILD_KINDS else None
 
     def __getitem__(self, key: str) -> Any:
         """Deprecated: ``link[key]`` as on 0.1.0's dicts; use ``link.<key>``.
@@ -341,14 +370,46 @@ class Link:
         return getattr(self, field)
 
 
-# 0.1.0's link dict keys -> Link attributes ("link" was IFLA_LINK).
-_OLD_LINK_KEYS = {f.name: f.name for f in dataclasses.fields(Link)} | {"link": "peer_index"}
+# 0.1.0's link dict keys -> Link attributes ("link" was IFLA_LINK); later
+# fields never had a key.
+_NEW_LINK_FIELDS = ("mode", "vlan_id", "link_netnsid", "alias")
+_OLD_LINK_KEYS = {f.name: f.name for f in dataclasses.fields(Link)
+                  if f.name not in _NEW_LINK_FIELDS} | {"link": "peer_index"}
+#: Kinds whose IFLA_LINK is the link they sit on (`Link.parent`).
+_CHILD_KINDS = frozenset({"macvlan", "macvtap", "ipvlan", "ipvtap", "vlan"})
+#: IFLA_MACVLAN_MODE values (linux/if_link.h) by name.
+MACVLAN_MODES = {"private": 1, "vepa": 2, "bridge": 4, "passthru": 8, "source": 16}
+#: IFLA_IPVLAN_MODE values by name.
+IPVLAN_MODES = {"l2": 0, "l3": 1, "l3s": 2}
+_IPVLAN_MODE_NAMES = {v: k for k, v in IPVLAN_MODES.items()}
+_MACVLAN_MODE_NAMES = {v: k for k, v in MACVLAN_MODES.items()}
+
+
+def _kind_data(kind: str | None, info: Any) -> tuple[str | None, int | None]:
+    """``(mode, vlan id)`` of a link's IFLA_INFO_DATA."""
+    if kind not in ("macvlan", "macvtap", "ipvlan", "ipvtap", "vlan"):
+        return None, None
+    data = info.get_attr("IFLA_INFO_DATA")
+    if data is None:
+        return None, None
+    if kind == "vlan":
+        return None, data.get_attr("IFLA_VLAN_ID")
+    if kind.startswith("ipv"):
+        mode = data.get_attr("IFLA_IPVLAN_MODE")
+        return _IPVLAN_MODE_NAMES.get(mode, str(mode) if mode is not None else None), None
+    mode = data.get_attr("IFLA_MACVLAN_MODE")
+    if isinstance(mode, int):  # a value pyroute2 has no name for
+        mode = _MACVLAN_MODE_NAMES.get(mode, str(mode))
+    return mode, None
 
 
 def _link_summary(msg: Any) -> Link:
     value = _attrs(msg)
     info = value("IFLA_LINKINFO")
     flags = msg["flags"]
+    kind = None if info is None else info.get_attr("IFLA_INFO_KIND")
+    mode, vlan_id = _kind_data(kind, info)
+    netnsid = value("IFLA_LINK_NETNSID")
     return Link(
         index=msg["index"],
         name=value("IFLA_IFNAME"),
@@ -357,10 +418,14 @@ def _link_summary(msg: Any) -> Link:
         txqlen=value("IFLA_TXQLEN"),
         up=bool(flags & IFF_UP),
         operstate=value("IFLA_OPERSTATE"),
-        kind=None if info is None else info.get_attr("IFLA_INFO_KIND"),
+        kind=kind,
         master=value("IFLA_MASTER") or None,
         peer_index=value("IFLA_LINK") or None,
         flags=flags,
+        mode=mode,
+        vlan_id=vlan_id,
+        link_netnsid=netnsid if netnsid is not None and netnsid >= 0 else None,
+        alias=value("IFLA_IFALIAS") or None,
     )
 
 
@@ -373,7 +438,8 @@ class _ifinfmsg_summary(ifinfmsg):
     that table decodes them all."""
 
     _KEEP: tuple[str, ...] = ("IFLA_IFNAME", "IFLA_ADDRESS", "IFLA_MTU", "IFLA_TXQLEN",
-                              "IFLA_OPERSTATE", "IFLA_LINKINFO", "IFLA_MASTER", "IFLA_LINK")
+                              "IFLA_OPERSTATE", "IFLA_LINKINFO", "IFLA_MASTER", "IFLA_LINK",
+                              "IFLA_LINK_NETNSID", "IFLA_IFALIAS")
     _keep: dict[int, Any] | None = None
 
     def _table(self) -> dict[int, Any] | None:
@@ -641,16 +707,53 @@ def delete_link(ipr: Socket, name: Link | str | int, missing_ok: bool = True) ->
     raise LinkNotFound(name)
 
 
-def move_link(ipr: Socket, name: Link | str | int, netns: NetNS) -> None:
-    """Move a link into another namespace (IFLA_NET_NS_FD), keeping its name.
+def move_link(ipr: Socket, name: Link | str | int, netns: NetNS, *,
+              new_name: str | None = None, netns_ipr: Socket | None = None) -> Link | None:
+    """Move a link into another namespace (IFLA_NET_NS_FD); the kernel
+    takes it down on the way.
+
+    ``new_name``: rename it there (after the move, so the name is checked
+    in ``netns``; the link keeps its old name if the rename fails, and
+    stays in ``netns``). ``netns_ipr``: a socket bound to ``netns`` for the
+    rename and the answer (one is opened when needed and not given).
+
+    Returns:
+        with ``new_name``: the moved `Link` as read in ``netns``; without:
+        None (0.1.0's answer; no look-up is made).
 
     Raises:
         LinkNotFound: (999) no such link in ``ipr``'s namespace.
-        LinkExists: (999) the target namespace has a link of that name.
-        CNIError: 999 for other kernel errors.
+        LinkExists: (999) the target namespace has a link of that name
+            (the old one, or ``new_name``).
+        CNIError: 7 for an invalid ``new_name``; 999 for other kernel errors.
+
+    Source: Go ``netlink.LinkSetNsFd`` + ``ip.RenameLink`` (host-device).
     """
+    if new_name is not None:
+        _check_ifname(new_name)
     if isinstance(name, str) and not _plausible_ifname(name):
         raise LinkNotFound(name)
+    if new_name is not None and isinstance(name, int) and not isinstance(name, Link):
+        found = find_link(ipr, name)  # its index may change in netns: move it by name
+        if found is None:
+            raise LinkNotFound(name)
+        name = found
+    old = name.name if isinstance(name, Link) else name
+    _move(ipr, name, netns)
+    if new_name is None:
+        return None
+    with contextlib.ExitStack() as stack:
+        if netns_ipr is None:
+            netns_ipr = stack.enter_context(netns.rtnl())
+        moved = find_link(netns_ipr, old)
+        if moved is None:
+            raise CNIError(ERR_INTERNAL, f'link "{old}" vanished right after its move')
+        if moved.name != new_name:
+            link_set(netns_ipr, moved, ifname=new_name)
+        return find_link(netns_ipr, moved.index)
+
+
+def _move(ipr: Socket, name: Link | str | int, netns: NetNS) -> None:
     msg = _link_msg(name)
     msg["attrs"].append(["IFLA_NET_NS_FD", netns.fd])
     try:
@@ -754,6 +857,204 @@ def _peer_link(netns: NetNS, pipr: Socket | None, name: str) -> Link | None:
         return find_link(pipr, name)
     with netns.rtnl() as own:
         return find_link(own, name)
+
+
+def _create_link(op: str, ipr: Socket, name: str, kind: str, *, netns: NetNS | None,
+                 netns_ipr: Socket | None, mtu: int | None, mac: str | None,
+                 parent: Link | str | int | None, data: dict[str, Any]) -> Link:
+    """Create one link of ``kind`` (RTM_NEWLINK, NLM_F_EXCL), in ``ipr``'s
+    namespace or directly in ``netns`` (IFLA_NET_NS_FD: the kernel finds
+    ``parent`` in ``ipr``'s namespace and puts the new link in ``netns``,
+    which never sees it appear anywhere else). Answers the new `Link` as
+    read in the namespace it lives in."""
+    _check_ifname(name)
+    kwargs: dict[str, Any] = {"ifname": name, "kind": kind, **data}
+    if mtu is not None:
+        mtu = int(mtu)
+        if mtu <= 0:
+            raise CNIError(ERR_INVALID_NETWORK_CONFIG, f"invalid MTU {mtu}")
+        kwargs["mtu"] = mtu
+    if mac is not None:
+        kwargs["address"] = _check_mac(mac)
+    if parent is not None:
+        kwargs["link"] = link_index(ipr, parent)
+    if netns is not None:
+        kwargs["net_ns_fd"] = netns.fd
+    with contextlib.ExitStack() as stack:
+        if netns is None:
+            netns_ipr = None
+        elif netns_ipr is None:
+            netns_ipr = stack.enter_context(netns.rtnl())
+        try:
+            answer = _built(op, name, ipr, "link", "add", echo=netns is None,
+                            marshal=_LINK_SUMMARY, **kwargs)
+        except CNIError as e:
+            if _errno_of(e) == errno.ENODEV and parent is not None:
+                raise LinkNotFound(parent) from e.__cause__
+            if _errno_of(e) != errno.EEXIST:
+                raise
+            if netns_ipr is None or find_link(netns_ipr, name) is not None:
+                raise LinkExists(name) from e.__cause__
+            # Older kernels (Debian 12's 6.1) also refuse a name taken where
+            # the request comes from: Go's "kernel bug", why it always makes
+            # the link under a temporary name and renames it in the pod.
+            return _create_renamed(op, ipr, netns_ipr, name, kind, kwargs)
+        link = _echoed(answer) if netns_ipr is None else find_link(netns_ipr, name)
+        if link is None and netns_ipr is None:
+            link = find_link(ipr, name)
+        if link is None:
+            raise CNIError(ERR_INTERNAL, f'{kind} "{name}" vanished right after creation')
+        return link
+
+
+_TEMP_TRIES = 10
+
+
+def _create_renamed(op: str, ipr: Socket, netns_ipr: Socket, name: str, kind: str,
+                    kwargs: dict[str, Any]) -> Link:
+    """`_create_link` under a free temporary name, renamed ``name`` in the
+    target namespace (deleted again when the rename fails)."""
+    for _ in range(_TEMP_TRIES):
+        temp = "veth" + os.urandom(4).hex()  # Go's ip.RandomVethName
+        try:
+            _built(op, name, ipr, "link", "add", **{**kwargs, "ifname": temp})
+            break
+        except CNIError as e:
+            if _errno_of(e) != errno.EEXIST:
+                raise
+    else:
+        raise CNIError(ERR_INTERNAL, f'{op} "{name}": no free temporary name')
+    link = find_link(netns_ipr, temp)
+    if link is None:
+        raise CNIError(ERR_INTERNAL, f'{kind} "{temp}" vanished right after creation')
+    try:
+        link_set(netns_ipr, link, ifname=name)
+    except CNIError:
+        delete_link(netns_ipr, link)
+        raise
+    renamed = find_link(netns_ipr, link.index)
+    if renamed is None:
+        raise CNIError(ERR_INTERNAL, f'{kind} "{name}" vanished right after creation')
+    return renamed
+
+
+def create_macvlan(ipr: Socket, name: str, parent: Link | str | int, *, mode: str = "bridge",
+                   netns: NetNS | None = None, netns_ipr: Socket | None = None,
+                   mtu: int | None = None, mac: str | None = None) -> Link:
+    """Create macvlan ``name`` on ``parent`` (a link of ``ipr``'s
+    namespace), left down.
+
+    ``mode``: ``"bridge"`` (default), ``"private"``, ``"vepa"``,
+    ``"passthru"`` or ``"source"`` (`MACVLAN_MODES`). ``netns``: create it
+    directly in that namespace (its parent stays where it is). Go always
+    creates it there under a temporary name and renames it, because older
+    kernels (Debian 12's 6.1) refuse a name taken in the requesting
+    namespace too: here the name is tried first, and only such a refusal
+    makes the link under a temporary name, renamed in ``netns``.
+    ``netns_ipr``: a socket bound to ``netns`` to read and rename the new
+    link with (one is opened when not given). ``mtu``: bytes (the kernel
+    refuses more than the parent's); ``mac``: its address (kernel random
+    otherwise).
+
+    Returns:
+        the new `Link` (its ifindex belongs to the namespace it is in;
+        `Link.mode` and `Link.parent` set).
+
+    Raises:
+        LinkExists: (999) ``name`` is taken in the target namespace.
+        LinkNotFound: (999) no ``parent``.
+        CNIError: 7 for an unknown mode, a bad name, MAC or MTU; 999 for
+            kernel errors (e.g. EINVAL for an MTU above the parent's).
+
+    Source: Go ``netlink.Macvlan`` as plugins/main/macvlan creates it.
+    """
+    if mode not in MACVLAN_MODES:
+        raise CNIError(ERR_INVALID_NETWORK_CONFIG, f'unknown macvlan mode "{mode}"')
+    return _create_link("create macvlan", ipr, name, "macvlan", netns=netns,
+                        netns_ipr=netns_ipr, mtu=mtu, mac=mac, parent=parent,
+                        data={"macvlan_mode": mode})
+
+
+def create_ipvlan(ipr: Socket, name: str, parent: Link | str | int, *, mode: str = "l2",
+                  netns: NetNS | None = None, netns_ipr: Socket | None = None,
+                  mtu: int | None = None) -> Link:
+    """Create ipvlan ``name`` on ``parent``, left down; it shares the
+    parent's MAC. ``mode``: ``"l2"`` (default), ``"l3"`` or ``"l3s"``
+    (`IPVLAN_MODES`); other arguments, answer and errors as
+    `create_macvlan`. The kernel needs CONFIG_IPVLAN (else 999 "operation
+    not supported").
+
+    Source: Go ``netlink.IPVlan`` as plugins/main/ipvlan creates it.
+    """
+    if mode not in IPVLAN_MODES:
+        raise CNIError(ERR_INVALID_NETWORK_CONFIG, f'unknown ipvlan mode "{mode}"')
+    return _create_link("create ipvlan", ipr, name, "ipvlan", netns=netns,
+                        netns_ipr=netns_ipr, mtu=mtu, mac=None, parent=parent,
+                        data={"ipvlan_mode": IPVLAN_MODES[mode]})
+
+
+def create_vlan(ipr: Socket, name: str, parent: Link | str | int, vlan_id: int, *,
+                netns: NetNS | None = None, netns_ipr: Socket | None = None,
+                mtu: int | None = None) -> Link:
+    """Create 802.1Q vlan ``name`` with ID ``vlan_id`` (0..4094) on
+    ``parent``, left down; other arguments, answer and errors as
+    `create_macvlan` (an ID out of range: code 7; one the parent already
+    carries: 999 from the kernel). The kernel needs CONFIG_VLAN_8021Q.
+
+    Source: Go ``netlink.Vlan`` as plugins/main/vlan creates it.
+    """
+    if isinstance(vlan_id, bool) or not isinstance(vlan_id, int) or not 0 <= vlan_id <= 4094:
+        raise CNIError(ERR_INVALID_NETWORK_CONFIG,
+                       f"invalid VLAN ID {vlan_id!r} (must be between 0 and 4094)")
+    return _create_link("create vlan", ipr, name, "vlan", netns=netns, netns_ipr=netns_ipr,
+                        mtu=mtu, mac=None, parent=parent, data={"vlan_id": vlan_id})
+
+
+def create_dummy(ipr: Socket, name: str, *, netns: NetNS | None = None,
+                 netns_ipr: Socket | None = None, mtu: int | None = None,
+                 mac: str | None = None) -> Link:
+    """Create dummy link ``name``, left down; arguments, answer and errors
+    as `create_macvlan` (no parent, no mode). The kernel needs CONFIG_DUMMY.
+
+    Source: Go ``netlink.Dummy`` as plugins/main/dummy creates it.
+    """
+    return _create_link("create dummy", ipr, name, "dummy", netns=netns, netns_ipr=netns_ipr,
+                        mtu=mtu, mac=mac, parent=None, data={})
+
+
+def links(ipr: Socket, kind: str | None = None) -> list[Link]:
+    """Every link of ``ipr``'s namespace, in ifindex order; with ``kind``
+    only those of that IFLA_INFO_KIND (``"veth"``, ``"macvlan"``...). One
+    dump.
+
+    Raises:
+        CNIError: 999 for kernel errors.
+    """
+    msgs = _request("list links", "", ipr, ifinfmsg(), RTM_GETLINK, _DUMP,
+                    marshal=_LINK_SUMMARY)
+    found = [_link_summary(m) for m in msgs if m["header"]["type"] == RTM_NEWLINK]
+    return sorted((lk for lk in found if kind is None or lk.kind == kind),
+                  key=lambda lk: lk.index)
+
+
+def default_route_interface(ipr: Socket, family: int = 4) -> Link | None:
+    """The link of the main table's first default route of ``family`` (4
+    or 6; the one with the lowest metric), or None when there is none, or
+    it is multipath (no single link). Go's macvlan/ipvlan take their
+    ``master`` from it when the config names none (IPv4).
+
+    Raises:
+        CNIError: 999 for kernel errors.
+
+    Source: Go ``getDefaultRouteInterfaceName`` (plugins/main/macvlan).
+    """
+    fam = 4 if _family(family) == socket.AF_INET else 6
+    defaults = [r for r in routes(ipr, fam) if r["dst"].prefixlen == 0 and r["oif"]
+                and r["type"] == 1]  # RTN_UNICAST
+    if not defaults:
+        return None
+    best = min(defaults, key=lambda r: r["priority"])
+    return find_link(ipr, best["oif"])
 
 
 # --------------------------------------------------------------------------
@@ -1139,7 +1440,9 @@ def routes(
     msg["family"] = fam or 255
     if table is not None and _strict(ipr):
         msg["attrs"].append(["RTA_TABLE", table])  # the kernel dumps this table's only
-    msgs = _request("list routes", f"(table {table})", ipr, msg, RTM_GETROUTE, _DUMP)
+    # ENOENT: a strict dump of a table this family has never had a route in
+    msgs = _request("list routes", f"(table {table})", ipr, msg, RTM_GETROUTE, _DUMP,
+                    ignore=(errno.ENOENT,)) or []
     out = []
     for msg in msgs:
         mfam = msg["family"]

@@ -33,15 +33,20 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
 import stat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Collection
     from types import TracebackType
 
-__all__ = ["SYMLINK_REFUSED", "TEMP_PREFIX", "FileLock", "StateDir", "atomic_write",
-           "is_refused"]
+__all__ = ["NAME_MAX", "SYMLINK_REFUSED", "TEMP_PREFIX", "FileLock", "StateDir",
+           "atomic_write", "attachment_file_name", "collect_attachment_files", "is_refused"]
+
+#: Bytes of one file name (Linux).
+NAME_MAX = 255
 
 #: strerror of the `OSError` (errno ELOOP) raised for a symlink in a state directory.
 SYMLINK_REFUSED = "is a symbolic link (state files are never read or written through one)"
@@ -413,3 +418,67 @@ def open_fds() -> set[int]:
             continue
         out.add(int(name))
     return out
+
+
+# --------------------------------------------------------------------------
+# one file per attachment
+
+
+def attachment_file_name(container_id: str, ifname: str) -> str:
+    """``<containerID>_<ifname>.json``, the name Go's tuning gives the file
+    it keeps for one attachment; for a container ID so long that the name
+    would pass `NAME_MAX`, ``_<sha256 of the ID>_<ifname>.json`` (a leading
+    ``_`` no container ID can have). The skel has vetted both parts (no
+    ``/``)."""
+    name = f"{container_id}_{ifname}.json"
+    if len(name.encode()) <= NAME_MAX:
+        return name
+    return f"_{hashlib.sha256(container_id.encode()).hexdigest()}_{ifname}.json"
+
+
+def collect_attachment_files(directory: StateDir, network: str,
+                             keep: Collection[tuple[str, str]],
+                             owner: Callable[[bytes], tuple[str, str, str] | None]) -> list[str]:
+    """GC of a directory of `attachment_file_name` files: remove those of
+    ``network`` whose ``(containerID, ifname)`` is not in ``keep``, then
+    killed writers' temp files (`StateDir.remove_stale_temps`).
+
+    ``owner(content)``: ``(network, containerID, ifname)`` a file records,
+    None when it records none (damaged, or another program's): such files,
+    files of other networks and files whose name is not their attachment's
+    are left alone (a directory may be shared by networks, and by Go's
+    plugin). The caller holds the directory's lock if it has one.
+
+    Returns:
+        the problems met, ``"<path>: <reason>"`` (unreadable files, symlinks
+        among them); the rest goes on.
+    """
+    problems: list[str] = []
+    try:
+        names = sorted(directory.names())
+    except OSError as exc:
+        return [f"{directory.path}: {exc.strerror or exc}"]
+    for name in names:
+        if not name.endswith(".json") or name.startswith("."):
+            continue
+        try:
+            owned = owner(directory.read(name))
+        except FileNotFoundError:
+            continue  # removed meanwhile (a DEL)
+        except OSError as exc:
+            problems.append(f"{directory.join(name)}: {exc.strerror or exc}")
+            continue
+        if owned is None:
+            continue
+        net, cid, ifname = owned
+        if net != network or name != attachment_file_name(cid, ifname) or (cid, ifname) in keep:
+            continue
+        try:
+            directory.unlink(name)
+        except OSError as exc:
+            problems.append(f"{directory.join(name)}: {exc.strerror or exc}")
+    try:
+        problems.extend(directory.remove_stale_temps())
+    except OSError as exc:
+        problems.append(f"{directory.path}: {exc.strerror or exc}")
+    return problems

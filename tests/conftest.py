@@ -31,6 +31,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 
+import kernelvm
 import pytest
 
 from cni_skel.harness import SocketActivation
@@ -43,15 +44,16 @@ VECTORS = HERE / "vectors" / "go-reference-1.1.1"
 THIRDPARTY = HERE / "thirdparty"
 README = HERE.parent / "README.md"
 #: The suite's own third-party plugins (importable from HERE), the README's
-#: example (`write_readme_example`), examples/ptp and the 0.1.0-style fixture
+#: example (`write_readme_example`), examples/village and the 0.1.0-style fixture
 #: (tests/compat010): the suite worker serves them too, since a worker serves
 #: only the plugins it was started with.
 SUITE_PLUGINS = ("thirdparty.probe:Probe", "thirdparty.fakeipam:FakeIPAMPlugin",
                  "thirdparty.failafteripam:FailAfterIPAM", "thirdparty.argsplugin:ArgsEcho",
-                 "worker_plugins.probe:WorkerProbe", "veth_ipam:VethPlugin", "cni_ptp:Ptp",
-                 "pyptp.plugin:PyPtp", "thirdparty.poolpicker:PoolPicker")
-#: examples/ptp (package cni_ptp), on the suite worker's path.
-PTP_EXAMPLE = HERE.parent / "examples" / "ptp"
+                 "worker_plugins.probe:WorkerProbe", "veth_ipam:VethPlugin",
+                 "pyptp.plugin:PyPtp", "thirdparty.poolpicker:PoolPicker",
+                 "cni_village:Village", "cni_village.ipam:VillageIPAM")
+#: examples/village (package cni_village, tests/test_village.py), on the suite worker's path.
+VILLAGE_EXAMPLE = HERE.parent / "examples" / "village"
 #: tests/compat010 (package pyptp, tests/test_compat_010.py), on the suite worker's path.
 COMPAT010 = HERE / "compat010"
 GO_CNI_DIR = "/usr/lib/cni"  # Debian's containernetworking-plugins
@@ -96,6 +98,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # caller's shell would redirect every launcher.
     os.environ.pop(protocol.SOCKET_ENV, None)
     os.environ.pop(protocol.REQUIRED_ENV, None)
+    # Tests marked kernel(...) the host's kernel can not run go to one VM
+    # (tests/kernelvm.py), whose pytest runs them in the same modes.
+    config.pluginmanager.register(kernelvm.KernelVM({MODES_ENV: ",".join(MODES)}), "kernelvm")
 
 
 # --------------------------------------------------------------------------
@@ -222,8 +227,8 @@ def cni_worker(request: pytest.FixtureRequest,
         # Started as the default install starts it: socket-activated by its unit.
         worker = SuiteWorker(os.path.join(sock_dir, "worker.sock"), log_path,
                              preload=SUITE_PLUGINS,
-                             pythonpath=(str(HERE), str(example.parent), str(PTP_EXAMPLE),
-                                         str(COMPAT010)),
+                             pythonpath=(str(HERE), str(example.parent),
+                                         str(COMPAT010), str(VILLAGE_EXAMPLE)),
                              activated=True)
         try:
             yield worker

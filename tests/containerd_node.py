@@ -164,7 +164,9 @@ def containerd_config(d: str, conf_dir: str, bin_dir: str) -> str:
         f"[{cri}.cni]",
         f"  bin_dir = {_toml_str(bin_dir)}",
         f"  conf_dir = {_toml_str(conf_dir)}",
-        "  max_conf_num = 1",
+        # a pod joins each of the first two networks (eth0, eth1), as with Multus'
+        # secondary networks; `ctr run --cni` still takes the first one only
+        "  max_conf_num = 2",
         "",
     ])
 

@@ -36,6 +36,10 @@ SUBNET = ipaddress.ip_network("10.77.0.0/24")
 BRIDGE = "e2ebr0"
 NODE_IP, CLIENT_IP = "10.78.0.1", "10.78.0.2"
 SYSCTL = "net.ipv4.conf.eth0.send_redirects"
+#: The second network: a macvlan on the node's link to a LAN the client is
+#: on too, where the node has no address (a NIC given to pods only): replies
+#: to the node's own address keep going through eth0.
+LAN_IP, LAN_RANGE = "10.79.0.2", ("10.79.0.100", "10.79.0.150")
 TABLES = (("inet", "cni_portmap"), ("inet", "cni_skel_bridge"))
 
 
@@ -62,6 +66,21 @@ def conflist(d: str) -> dict:
     }
 
 
+def lan_conflist(d: str) -> dict:
+    """The pods' second network (eth1): a bridge-mode macvlan on the node's
+    link to the LAN (``e2e-lan``), addresses of that LAN."""
+    return {
+        "cniVersion": "1.0.0",
+        "name": "lan",
+        "plugins": [
+            {"type": "macvlan", "master": "e2e-lan", "mode": "bridge",
+             "ipam": {"type": "host-local", "dataDir": os.path.join(d, "ipam"),
+                      "ranges": [[{"subnet": "10.79.0.0/24", "rangeStart": LAN_RANGE[0],
+                                   "rangeEnd": LAN_RANGE[1]}]]}},
+        ],
+    }
+
+
 class Node:
     """Everything one test needs: node + client namespaces, our plugins
     installed, the conflist, containerd started with the image imported."""
@@ -79,6 +98,8 @@ class Node:
                        timeout=60)
         with open(os.path.join(self.conf_dir, "10-e2e.conflist"), "w") as f:
             json.dump(conflist(d), f)
+        with open(os.path.join(self.conf_dir, "20-lan.conflist"), "w") as f:
+            json.dump(lan_conflist(d), f)
         self.mode = mode
         self.pods: list[Pod] = []
         self.node_ns = create_netns("cnsk-ctd")
@@ -101,11 +122,17 @@ class Node:
             idx = ipr.link_lookup(ifname="e2e-client")[0]
             ipr.addr("add", index=idx, address=NODE_IP, prefixlen=24)
             ipr.link("set", index=idx, state="up")
+            ipr.link("add", ifname="e2e-lan", kind="veth", peer="e2e-lan-peer")
+            with open(self.client_ns.path) as f:
+                ipr.link("set", index=ipr.link_lookup(ifname="e2e-lan-peer")[0],
+                         net_ns_fd=f.fileno())
+            ipr.link("set", index=ipr.link_lookup(ifname="e2e-lan")[0], state="up")
         with NetNS.open(self.client_ns.path) as ns, ns.enter(), IPRoute() as ipr:
             ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
-            idx = ipr.link_lookup(ifname="e2e-peer")[0]
-            ipr.addr("add", index=idx, address=CLIENT_IP, prefixlen=24)
-            ipr.link("set", index=idx, state="up")
+            for name, address in (("e2e-peer", CLIENT_IP), ("e2e-lan-peer", LAN_IP)):
+                idx = ipr.link_lookup(ifname=name)[0]
+                ipr.addr("add", index=idx, address=address, prefixlen=24)
+                ipr.link("set", index=idx, state="up")
 
     def close(self) -> list[int]:
         try:
@@ -269,8 +296,10 @@ def _files(path: str) -> list[str]:
 
 def test_cri_pods_on_our_plugins(node):
     """The kubelet path: RunPodSandbox with a host port for two pods on
-    bridge + host-local -> tuning -> portmap; traffic pod to pod, host port
-    from the node and from a client; stop twice, remove; nothing left."""
+    bridge + host-local -> tuning -> portmap (eth0) and a macvlan network
+    (eth1, max_conf_num 2); traffic pod to pod, host port from the node and
+    from a client, the client to each pod's LAN address; stop twice, remove;
+    nothing left."""
     a, b = Pod(node, "pod-a", 18080), Pod(node, "pod-b", 18081)
     pods = (a, b)
     node_ns = node.node_ns.path
@@ -294,6 +323,18 @@ def test_cri_pods_on_our_plugins(node):
              if v["kind"] == "veth" and v["master"] == links[BRIDGE]["index"]]
     assert len(ports) == 2
 
+    # the second network: eth1, a macvlan holding a LAN address, reached by
+    # the client directly (not through the node's host port)
+    lan_ips = []
+    for p in pods:
+        eth1 = _link_state(p.netns)["eth1"]
+        assert eth1["kind"] == "macvlan" and eth1["up"]
+        (lan_ip,) = [a for a in eth1["addrs"] if ipaddress.ip_address(a).version == 4]
+        assert LAN_RANGE[0] <= lan_ip <= LAN_RANGE[1]
+        lan_ips.append(lan_ip)
+        assert http_get(node.client_ns.path, lan_ip, 8080) == f"pod {p.name}\n"
+    assert lan_ips[0] != lan_ips[1]
+
     # nftables: both pods' entries are tagged in the node
     tags = _tags_in_nft(node_ns)
     for p in pods:
@@ -311,9 +352,11 @@ def test_cri_pods_on_our_plugins(node):
         p.stop()
 
     # nothing left: veths, address files, nftables entries, tuning state
-    assert [n for n, v in _link_state(node_ns).items() if v["kind"] == "veth"] == ["e2e-client"]
-    assert [f for f in _files(ipam_dir) if not f.startswith(("last_reserved_ip", "lock"))
-            and not f.startswith(".")] == []
+    assert [n for n, v in _link_state(node_ns).items() if v["kind"] == "veth"] \
+        == ["e2e-client", "e2e-lan"]
+    for d in (ipam_dir, os.path.join(node.d, "ipam", "lan")):
+        assert [f for f in _files(d) if not f.startswith(("last_reserved_ip", "lock"))
+                and not f.startswith(".")] == []
     assert not (_tags_in_nft(node_ns) & {attachment_tag(p.id, "eth0") for p in pods})
     assert _files(os.path.join(node.d, "tuning")) == []
 
@@ -331,7 +374,8 @@ def test_cri_pods_on_our_plugins(node):
             {"HostPort": p.host_port, "ContainerPort": 8080, "Protocol": "tcp", "HostIP": ""}]
         assert "IgnoreUnknown=1" in pm_add["args"] and f"K8S_POD_NAME={p.name}" in pm_add["args"]
         assert {c["plugin"] for c in mine} >= {"loopback", "bridge", "host-local", "tuning",
-                                               "portmap"}
+                                               "portmap", "macvlan"}
+        assert {c["ifname"] for c in mine if c["plugin"] == "macvlan"} == {"eth1"}
         dels = [c for c in mine if c["command"] == "DEL" and c["plugin"] == "bridge"]
         # StopPodSandbox (with the netns), again and RemovePodSandbox (netns gone)
         assert len(dels) >= 3 and dels[0]["netns"] != ""
@@ -361,7 +405,7 @@ def test_ctr_run_cni(node):
     assert calls[0]["path"].split(":")[0] == "/opt/cni/bin"
     # cleaned after the task exited: no veth, no address file, no tag
     assert [n for n, v in _link_state(node.node_ns.path).items() if v["kind"] == "veth"] \
-        == ["e2e-client"]
+        == ["e2e-client", "e2e-lan"]
     ipam_dir = os.path.join(node.d, "ipam", "e2e")
     assert [f for f in _files(ipam_dir) if not f.startswith(("last_reserved_ip", "lock"))
             and not f.startswith(".")] == []

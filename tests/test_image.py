@@ -32,7 +32,8 @@ import test_containerd as tc
 from cni_skel.harness import create_netns, remove_netns
 
 CLI = os.path.join(os.path.dirname(sys.executable), "cni-skel")
-PLUGINS = ("bridge", "host-local", "loopback", "portmap", "tuning")
+PLUGINS = ("bridge", "dummy", "host-device", "host-local", "ipvlan", "loopback", "macvlan",
+           "portmap", "ptp", "tuning", "vlan")
 NET = "img-e2e"
 SUBNET = "10.81.0.0/24"
 SYSCTL = "net.ipv4.conf.eth0.send_redirects"
@@ -97,7 +98,7 @@ def node(tmp_path, built):
         ctd.start()
         bin_dir = f"/proc/{ctd.pid}/root/opt/cni/bin"
         for fname, body in (("bridge", b"#!/bin/sh\necho go bridge\n"),
-                            ("macvlan", b"go macvlan\n")):
+                            ("whereabouts", b"a third-party plugin\n")):
             with open(os.path.join(bin_dir, fname), "wb") as f:
                 f.write(body)
             os.chmod(os.path.join(bin_dir, fname), 0o755)
@@ -228,9 +229,9 @@ def test_daemonset_pod(node):
         assert os.stat(path).st_mode & 0o777 == 0o755
         with open(path, "rb") as f:
             assert f.read(4) == b"\x7fELF"  # the Go stand-in "bridge" was replaced
-    assert "install-launchers: 5 launchers" in log
-    with open(os.path.join(pod.bin_dir, "macvlan"), "rb") as f:
-        assert f.read() == b"go macvlan\n"  # not ours: untouched
+    assert f"install-launchers: {len(PLUGINS)} launchers" in log
+    with open(os.path.join(pod.bin_dir, "whereabouts"), "rb") as f:
+        assert f.read() == b"a third-party plugin\n"  # not ours: untouched
     assert not [f for f in os.listdir(pod.bin_dir) if "cni-skel-tmp" in f]  # no temp files
 
     # a second run (a DaemonSet update) replaces its own files in place

@@ -1,8 +1,9 @@
 """What the project teaches raises no DeprecationWarning (issue 32): the
-tutorial's plugin (examples/ptp, byte for byte the one docs/tutorial.md
-shows) and the README's example plugin are imported and run in-process
-(ADD, CHECK, DEL through `cni_skel.skel.dispatch`, in the test's node
-namespace, IPAM by Go's host-local) with every DeprecationWarning an error.
+tutorial's plugin (the reference ptp, plugins/ptp/plugin.py, byte for byte
+the one docs/tutorial.md writes) and the README's example plugin are
+imported and run in-process (ADD, CHECK, DEL through
+`cni_skel.skel.dispatch`, in the test's node namespace, IPAM by Go's
+host-local) with every DeprecationWarning an error.
 In-process because an installed executable runs ``python -I``, where a
 warning filter from the test cannot reach it. (`cni-skel new-plugin`'s
 output: tests/test_cli_new_plugin.py.)"""
@@ -21,7 +22,6 @@ from conftest import write_readme_example
 from cni_skel.netns import NetNS
 from cni_skel.skel import dispatch
 
-EXAMPLE = pathlib.Path(__file__).resolve().parent.parent / "examples" / "ptp"
 GO_CNI = "/usr/lib/cni"
 
 
@@ -56,7 +56,7 @@ def run_verbs(plugin, conf: dict, node, pod, cid: str, *, check: bool = True) ->
                     reason="Debian's containernetworking-plugins is not installed")
 def test_tutorial_ptp_runs_without_deprecation_warnings(monkeypatch, tmp_path, node_netns,
                                                         pod_netns):
-    ptp = fresh_import(monkeypatch, EXAMPLE, "cni_ptp", "Ptp")
+    ptp = fresh_import(monkeypatch, tmp_path, "cni_skel_plugins.ptp", "Ptp")
     conf = {"cniVersion": "1.0.0", "name": "ptp-nodep", "type": "ptp", "mtu": 1400,
             "ipam": {"type": "host-local", "subnet": "10.49.0.0/24",
                      "routes": [{"dst": "0.0.0.0/0"}], "dataDir": str(tmp_path / "ipam")}}

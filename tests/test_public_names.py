@@ -1,10 +1,11 @@
 """What the docs and examples show a plugin author is public API.
 
 Every ``cni_skel`` name used in code in README.md, docs/*.md (fenced blocks of
-any language, comments and shell lines included) and examples/**/*.py must
-be public by the rule of docs/stability.md: a name of ``cni_skel.PUBLIC``, a
-module of ``cni_skel.PUBLIC_MODULES``, or a name in such a module's
-``__all__`` (``cni_skel.__version__`` too). Checked: ``from cni_skel.m import
+any language, comments and shell lines included), examples/**/*.py and
+plugins/ptp/plugin.py (the tutorial's plugin, which is the reference ptp)
+must be public by the rule of docs/stability.md: a name of
+``cni_skel.PUBLIC``, a module of ``cni_skel.PUBLIC_MODULES``, or a name in
+such a module's ``__all__`` (``cni_skel.__version__`` too). Checked: ``from cni_skel.m import
 a, b``, ``import cni_skel.m``, ``cni_skel.a.b`` chains, and ``m.name`` where
 ``m`` is a public module imported in the same block or file (``from cni_skel
 import netlink`` then ``netlink.find_link``). What comes after a public
@@ -109,7 +110,7 @@ def code_of(path: pathlib.Path) -> list[tuple[int, str]]:
 
 def sources() -> list[pathlib.Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
-            *sorted((ROOT / "examples").rglob("*.py"))]
+            *sorted((ROOT / "examples").rglob("*.py")), ROOT / "plugins" / "ptp" / "plugin.py"]
 
 
 def violations(path: pathlib.Path) -> list[str]:

@@ -29,7 +29,6 @@ it runs for; a write in progress keeps its own (it holds its flock).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -37,13 +36,12 @@ from typing import Any
 
 from cni_skel.env import CmdArgs
 from cni_skel.errors import ERR_IO_FAILURE, CNIError
-from cni_skel.state import StateDir
+from cni_skel.state import StateDir, attachment_file_name, collect_attachment_files
 
 __all__ = ["collect", "link_value", "merge", "parse", "path", "put_back", "read_raw",
            "remove", "save", "sysctls"]
 
 LINK_KEYS = ("mac", "promisc", "mtu", "allmulti", "txQLen")
-NAME_MAX = 255  # bytes of one file name (Linux)
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 
@@ -53,19 +51,9 @@ def _io(what: str, exc: OSError) -> CNIError:
                     getattr(exc, "filename", None) or "")
 
 
-def file_name(container_id: str, ifname: str) -> str:
-    """``<containerID>_<ifname>.json`` as Go names it; for a container ID so
-    long that the name would pass NAME_MAX (255 bytes), ``_<sha256 of the
-    ID>_<ifname>.json`` instead (a leading ``_`` no container ID can have)."""
-    name = f"{container_id}_{ifname}.json"
-    if len(name.encode()) <= NAME_MAX:
-        return name
-    return f"_{hashlib.sha256(container_id.encode()).hexdigest()}_{ifname}.json"
-
-
 def path(data_dir: str, container_id: str, ifname: str) -> str:
     """The file of one attachment (the skel has vetted both names: no ``/``)."""
-    return os.path.join(data_dir, file_name(container_id, ifname))
+    return os.path.join(data_dir, attachment_file_name(container_id, ifname))
 
 
 def _split(file: str) -> tuple[str, str]:
@@ -184,41 +172,19 @@ def collect(data_dir: str, network: str, valid: set[tuple[str, str]]) -> list[st
     the directory is shared by every network, and only the owner may decide.
     Then remove killed writers' temp files (any network's: they belong to
     no one). Returns the problems met ("<path>: <reason>"; the rest goes
-    on): unreadable files, symlinks among them."""
+    on): unreadable files, symlinks among them
+    (`cni_skel.state.collect_attachment_files`)."""
     try:
         d = StateDir.open(data_dir)
     except FileNotFoundError:
         return []
     except OSError as exc:
         return [f"{data_dir}: {exc.strerror or exc}"]
-    problems: list[str] = []
     with d:
-        try:
-            names = sorted(d.names())
-        except OSError as exc:
-            return [f"{data_dir}: {exc.strerror or exc}"]
-        for name in names:
-            if not name.endswith(".json") or name.startswith("."):
-                continue
-            try:
-                doc = parse(d.read(name))
-            except FileNotFoundError:
-                continue  # removed meanwhile (a DEL)
-            except OSError as exc:
-                problems.append(f"{d.join(name)}: {exc.strerror or exc}")
-                continue
-            cid, ifname = doc.get("containerID"), doc.get("ifname")
-            if doc.get("network") != network or not isinstance(cid, str) \
-                    or not isinstance(ifname, str) or name != file_name(cid, ifname):
-                continue
-            if (cid, ifname) in valid:
-                continue
-            try:
-                d.unlink(name)
-            except OSError as exc:
-                problems.append(f"{d.join(name)}: {exc.strerror or exc}")
-        try:
-            problems.extend(d.remove_stale_temps())
-        except OSError as exc:
-            problems.append(f"{data_dir}: {exc.strerror or exc}")
-    return problems
+        return collect_attachment_files(d, network, valid, _owner)
+
+
+def _owner(raw: bytes) -> tuple[str, str, str] | None:
+    doc = parse(raw)
+    owned = doc.get("network"), doc.get("containerID"), doc.get("ifname")
+    return owned if all(isinstance(v, str) for v in owned) else None

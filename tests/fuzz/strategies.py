@@ -34,8 +34,11 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Union
 
 from cni_skel_plugins.bridge.config import BridgeConf
+from cni_skel_plugins.host_device.config import HostDeviceConf
 from cni_skel_plugins.host_local.config import HostLocalConf, IPAMSettings
+from cni_skel_plugins.macvlan import MacvlanConf
 from cni_skel_plugins.portmap.config import PortMapConf
+from cni_skel_plugins.ptp import PtpConf
 from cni_skel_plugins.tuning.config import TuningConf
 from hypothesis import strategies as st
 from pydantic import BaseModel
@@ -62,7 +65,8 @@ __all__ = [
     "token",
 ]
 
-PLUGINS = ("bridge", "host-local", "loopback", "portmap", "tuning")
+PLUGINS = ("bridge", "host-device", "host-local", "loopback", "macvlan", "portmap", "ptp",
+           "tuning")
 VERBS = ("ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION")
 CNI_VARS = ("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS", "CNI_PATH")
 
@@ -73,18 +77,20 @@ def token(name: str) -> str:
 
 
 #: Placeholders: POD (the pod's netns path), NOTNS (a regular file), BIN (the
-#: bin dir), DATA (host-local dataDir), TUNING (tuning dataDir), RESOLV (a
-#: resolv.conf), CID (this example's container ID), PREV (the setup ADD's
-#: result, a JSON value).
+#: bin dir), DATA (host-local dataDir), TUNING (tuning dataDir), HOSTDEV
+#: (host-device's dataDir), RESOLV (a resolv.conf), CID (this example's
+#: container ID), PREV (the setup ADD's result, a JSON value).
 TOKENS = {name: token(name) for name in
-          ("POD", "NOTNS", "BIN", "DATA", "TUNING", "RESOLV", "CID", "PREV")}
-POD, NOTNS, BIN, DATA, TUNING, RESOLV, CID, PREV = TOKENS.values()
+          ("POD", "NOTNS", "BIN", "DATA", "TUNING", "HOSTDEV", "RESOLV", "CID", "PREV")}
+POD, NOTNS, BIN, DATA, TUNING, HOSTDEV, RESOLV, CID, PREV = TOKENS.values()
 #: A missing environment variable.
 MISSING = None
 
 NET = "fznet"
 BRIDGE = "cnskfz0"
 PM_LINK = "cnskfzpm0"  # the node link portmap's prevResult names
+UPLINK = "cnskfzup0"  # macvlan's master on the node
+DEVICE = "cnskfzhd0"  # the node link host-device moves into the pod
 PM_NODE = ("10.99.0.1/24", "fd00:99::1/64")
 POD_IPS = ("10.99.0.5/24", "fd00:99::5/64")
 RANGES = [[{"subnet": "10.66.0.0/24"}], [{"subnet": "fd00:66::/64"}]]
@@ -148,6 +154,12 @@ def base_config(plugin: str, version: str = CURRENT_VERSION) -> dict:
     elif plugin == "tuning":
         conf.update(dataDir=TUNING, sysctl={"net.core.somaxconn": "1024"}, mtu=1400,
                     promisc=True, prevResult=prev_result(plugin, version))
+    elif plugin == "macvlan":
+        conf.update(master=UPLINK, mode="bridge", ipam=ipam)
+    elif plugin == "ptp":
+        conf.update(ipMasq=True, ipam=ipam)
+    elif plugin == "host-device":
+        conf.update(device=DEVICE, dataDir=HOSTDEV, ipam=ipam)
     return conf
 
 
@@ -208,6 +220,15 @@ HINTS: dict[str, st.SearchStrategy[Any]] = {
     "Interface.name": st.sampled_from(["eth0", BRIDGE, PM_LINK, "lo"]),
     "sandbox": st.sampled_from([POD, ""]),
     "interface": st.sampled_from([0, 1, 2]),
+    "mode": st.sampled_from(["bridge", "private", "vepa", "passthru", "source", "l2", ""]),
+    "linkInContainer": st.sampled_from([False, False, True]),
+    "bcqueuelen": st.sampled_from([0, 0, 100]),
+    # host-device finds devices in the node namespace only (its netlink,
+    # its /sys); a PCI address of this machine is never named
+    "hwaddr": st.sampled_from(["", *_MACS]),
+    "kernelpath": st.sampled_from(["", f"/sys/devices/virtual/net/{DEVICE}", "/nonexistent"]),
+    "pciBusID": st.sampled_from(["", "0000:99:1f.7"]),
+    "deviceID": st.sampled_from(["", "0000:99:1f.7"]),
     "socketPath": st.none(),
     "pciID": st.none(),
     "advmss": st.sampled_from([None, 0, 1400]),
@@ -304,10 +325,12 @@ def derived_prev_result(version: str) -> st.SearchStrategy[Any]:
 
 
 _CONF_MODEL = {"bridge": BridgeConf, "host-local": HostLocalConf, "loopback": NetConf,
-               "portmap": PortMapConf, "tuning": TuningConf}
+               "portmap": PortMapConf, "tuning": TuningConf, "macvlan": MacvlanConf,
+               "ptp": PtpConf, "host-device": HostDeviceConf}
 # Keys the base config sets (or the case adds) rather than the derivation.
 _BASE_KEYS = frozenset({"cniVersion", "name", "type", "bridge", "ipam", "prevResult", "dataDir",
-                        "cni.dev/valid-attachments", "cni.dev/attachments"})
+                        "cni.dev/valid-attachments", "cni.dev/attachments", "master",
+                        "device"})
 
 
 @st.composite
@@ -471,7 +494,9 @@ def _cni_args(plugin: str) -> st.SearchStrategy[str]:
     common = ["", "", "IgnoreUnknown=1;K8S_POD_NAMESPACE=fz;K8S_POD_NAME=pod-0"]
     extra = {"host-local": ["IP=10.66.0.77", "IgnoreUnknown=1;IP=fd00:66::77"],
              "bridge": ["MAC=0a:58:0a:42:00:0b", "IgnoreUnknown=1;MAC=02:42:ac:11:00:09"],
-             "tuning": ["MAC=0a:58:0a:42:00:0c"]}.get(plugin, [])
+             "tuning": ["MAC=0a:58:0a:42:00:0c"],
+             "macvlan": ["MAC=0a:58:0a:42:00:0d", "IgnoreUnknown=1;MAC=0A-58-0A-42-00-0E"]
+             }.get(plugin, [])
     return st.sampled_from(common + extra)
 
 

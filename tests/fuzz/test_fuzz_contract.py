@@ -293,6 +293,7 @@ class Rig:
         return {S.POD: self.pod.path, S.NOTNS: os.path.join(self.root, "not-a-netns"),
                 S.BIN: self.bin_dir, S.DATA: os.path.join(self.data, "ipam"),
                 S.TUNING: os.path.join(self.data, "tuning"),
+                S.HOSTDEV: os.path.join(self.data, "host-device"),
                 S.RESOLV: os.path.join(self.root, "resolv.conf"), S.CID: cid}
 
     def start(self) -> None:
@@ -310,9 +311,11 @@ class Rig:
         shutil.rmtree(self.data, ignore_errors=True)
         os.makedirs(self.data)
         self.node, self.pod = create_netns("cnsk-fzn"), create_netns("cnsk-fzp")
-        if self.plugin == "portmap":
+        node_link = {"portmap": (S.PM_LINK, S.PM_NODE), "macvlan": (S.UPLINK, ()),
+                     "host-device": (S.DEVICE, ())}.get(self.plugin)
+        if node_link is not None:
             with NetNS.open(self.node.path) as ns, ns.iproute() as ipr:
-                _link(ipr, S.PM_LINK, S.PM_NODE)
+                _link(ipr, *node_link)
         with NetNS.open(self.pod.path) as ns, ns.iproute() as ipr:
             if self.plugin == "tuning":
                 _link(ipr, "eth0", ())
@@ -324,7 +327,7 @@ class Rig:
                                           [self.data], {"node": NODE_SYSCTLS, "pod": POD_SYSCTLS})
         # The network's lasting infrastructure (bridge, nftables layout) is
         # made by the first ADD; a node has it before the pods that matter.
-        for verb in ("ADD", "DEL") if self.plugin in ("bridge", "portmap") else ():
+        for verb in ("ADD", "DEL") if self.plugin in ("bridge", "portmap", "ptp") else ():
             call = self.call(self.valid_env(verb, "fzprime"), self.valid_stdin("fzprime"))
             devs = contract(call, verb, b"")
             if call.exit_code != 0 or devs:

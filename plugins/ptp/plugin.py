@@ -1,10 +1,11 @@
 """CNI plugin ``ptp``: a veth pair between node and pod, routed (no bridge).
 
-Go's ptp (containernetworking/plugins 1.1.1) on cni-skel's public API. The pod
-end gets the IPAM addresses and reaches everything, its own subnet included,
-through the gateway, which lives as a /32 (/128) on the host end; the host
-routes each pod address to its veth. Config: ``ipam`` (required), ``mtu``
-(bytes, 0: the kernel's), ``ipMasq``, ``dns`` (wins over IPAM's).
+Go's ptp (containernetworking/plugins 1.1.1) on cni-skel's public API; this
+one file is cni-skel's reference ``ptp`` and the plugin its tutorial writes.
+The pod end gets the IPAM addresses and reaches everything, its own subnet
+included, through the gateway, which lives as a /32 (/128) on the host end;
+the host routes each pod address to its veth. Config: ``ipam`` (required),
+``mtu`` (bytes, 0: the kernel's), ``ipMasq``, ``dns`` (wins over IPAM's).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ __all__ = ["Ptp", "PtpConf"]
 
 class PtpConf(NetConf):
     """NetConf (cniVersion, name, dns, ...) with ``ipam`` required, plus
-    ``mtu`` (bytes, >= 0) and ``ipMasq``; a bad value is code 7 naming it."""
+    ``mtu`` (bytes, 0-65535) and ``ipMasq``; a bad value is code 7 naming it."""
 
     ipam: IPAMConf
     mtu: int = Field(0, ge=0, le=65535)
@@ -49,6 +50,13 @@ def _route_pod(cipr, cont: netlink.Link, ipc) -> None:
     netlink.add_route(cipr, ipc.address.network, gw=ipc.gateway, dev=cont, src=ipc.address.ip)
 
 
+def _route_node(ipr, host: netlink.Link, ipc) -> None:
+    """The gateway as a /32 (/128) on the host end, and a host-scoped route
+    to the pod's address through it."""
+    netlink.add_address(ipr, host, ipaddress.ip_interface(_host_net(ipc.gateway)))
+    netlink.add_route(ipr, _host_net(ipc.address.ip), dev=host, scope="host")
+
+
 class Ptp(Plugin):
     """ptp: ADD, DEL, CHECK as Go's ptp; GC and STATUS pass to IPAM, then
     look at masquerade (cni_skel.masq) when ``ipMasq`` is set."""
@@ -59,6 +67,11 @@ class Ptp(Plugin):
     def add(self, args: CmdArgs, conf: PtpConf) -> Result:
         """IPAM ADD, forwarding on, the veth pair, pod addresses and routes,
         host address and routes, masquerade. Any failure undoes it all.
+
+        Returns:
+            IPAM's result with ``interfaces`` [host end, pod end] (Go's
+            order), every IP on interface 1, and the config's ``dns``
+            when it sets any.
 
         Raises:
             CNIError: 999 when IPAM gives no IP or an IP without a gateway,
@@ -82,8 +95,7 @@ class Ptp(Plugin):
             configure_iface(pod, cont, result, ipr=cipr)
             for ipc in result.ips:
                 _route_pod(cipr, cont, ipc)
-                netlink.add_address(ipr, host, ipaddress.ip_interface(_host_net(ipc.gateway)))
-                netlink.add_route(ipr, _host_net(ipc.address.ip), dev=host)
+                _route_node(ipr, host, ipc)
             if conf.ip_masq:
                 setup_ip_masq(conf.name, tag, [ipc.address for ipc in result.ips])
                 undo.callback("removing masquerade", teardown_ip_masq, conf.name, tag)
@@ -108,20 +120,24 @@ class Ptp(Plugin):
         Raises:
             CNIError: 7 without prevResult; 999 naming what differs.
         """
-        delegate_check(conf.ipam.type, args.stdin_data, args)
-        prev = conf.prev_result
-        if prev is None:
-            raise CNIError(ERR_INVALID_NETWORK_CONFIG, "ptp: Required prevResult missing")
-        want = next((i for i in prev.interfaces
-                     if i.name == args.ifname and i.sandbox == args.netns), None)
-        if want is None:
-            raise CNIError(ERR_INTERNAL, f"Sandbox in prevResult doesn't match configured "
-                                         f"netns: {args.netns}")
         with NetNS.open(args.netns) as pod, pod.rtnl() as cipr:
+            delegate_check(conf.ipam.type, args.stdin_data, args)
+            prev = conf.prev_result
+            if prev is None:
+                raise CNIError(ERR_INVALID_NETWORK_CONFIG, "ptp: Required prevResult missing")
+            named = [i for i in prev.interfaces if i.name == args.ifname]
+            want = next((i for i in named if i.sandbox == args.netns), None)
+            if want is None:
+                had = named[0].sandbox if named else ""
+                raise CNIError(ERR_INTERNAL, f"Sandbox in prevResult {had} doesn't match "
+                                             f"configured netns: {args.netns}")
             link = netlink.find_link(cipr, args.ifname)
-            if link is None or link.kind != "veth":
+            if link is None:
                 raise CNIError(ERR_INTERNAL, f"ptp: Container Interface name in prevResult: "
                                              f"{args.ifname} not found")
+            if link.kind != "veth":
+                raise CNIError(ERR_INTERNAL, f"Error: Container interface {args.ifname} "
+                                             f"not of type veth/p2p")
             if want.mac and want.mac != link.mac:
                 raise CNIError(ERR_INTERNAL, f"ptp: Interface {args.ifname} Mac {want.mac} "
                                              f"doesn't match container Mac: {link.mac}")

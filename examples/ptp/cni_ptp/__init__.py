@@ -1,5 +1,0 @@
-"""The ``ptp`` CNI plugin."""
-
-from .plugin import Ptp, PtpConf
-
-__all__ = ["Ptp", "PtpConf"]
