@@ -438,7 +438,8 @@ def attachment_file_name(container_id: str, ifname: str) -> str:
 
 def collect_attachment_files(directory: StateDir, network: str,
                              keep: Collection[tuple[str, str]],
-                             owner: Callable[[bytes], tuple[str, str, str] | None]) -> list[str]:
+                             owner: Callable[[bytes], tuple[str, str, str] | None], *,
+                             release: Callable[[bytes], bool] | None = None) -> list[str]:
     """GC of a directory of `attachment_file_name` files: remove those of
     ``network`` whose ``(containerID, ifname)`` is not in ``keep``, then
     killed writers' temp files (`StateDir.remove_stale_temps`).
@@ -447,7 +448,9 @@ def collect_attachment_files(directory: StateDir, network: str,
     None when it records none (damaged, or another program's): such files,
     files of other networks and files whose name is not their attachment's
     are left alone (a directory may be shared by networks, and by Go's
-    plugin). The caller holds the directory's lock if it has one.
+    plugin). ``release(content)``, when given, is asked before a file of
+    an attachment not kept goes (after undoing what it describes, say):
+    False keeps it. The caller holds the directory's lock if it has one.
 
     Returns:
         the problems met, ``"<path>: <reason>"`` (unreadable files, symlinks
@@ -474,6 +477,8 @@ def collect_attachment_files(directory: StateDir, network: str,
         if net != network or name != attachment_file_name(cid, ifname) or (cid, ifname) in keep:
             continue
         try:
+            if release is not None and not release(directory.read(name)):
+                continue
             directory.unlink(name)
         except OSError as exc:
             problems.append(f"{directory.join(name)}: {exc.strerror or exc}")

@@ -215,7 +215,6 @@ mount -t tmpfs -o mode=0755 tmpfs /rw && mkdir /rw/upper /rw/work \\
 mount -t tmpfs -o mode=0755 tmpfs /newroot/run && mkdir -p /newroot/run/netns /newroot%(results)s \\
   && mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 results /newroot%(results)s \\
   || fail "mounting the results share (9p)"
-mount -t tmpfs -o mode=1777 tmpfs /newroot/tmp || fail "tmpfs on /tmp"
 for d in proc sys dev; do mount --move /$d /newroot/$d || fail "moving /$d"; done
 mkdir -p /newroot/dev/pts /newroot/dev/shm && mount -t devpts devpts /newroot/dev/pts \\
   && mount -t tmpfs -o mode=1777 tmpfs /newroot/dev/shm || fail "devpts, /dev/shm"

@@ -527,8 +527,11 @@ def test_pci_and_dpdk_through_the_plugin(netns_factory, tmp_path):
 
 
 def test_gc_and_status_pass_to_ipam(host_device, cni_bin, node_netns, netns_factory, tmp_path):
-    """GC: host-local releases what the valid list lacks, and our saved
-    state of those attachments goes; STATUS asks host-local."""
+    """GC: host-local releases what the valid list lacks; our saved state
+    of such an attachment stays while its device is in a pod (the DEL that
+    moves it back needs it), and once the device is back on the node (a
+    physical device whose pod died comes back down, under its pod name, the
+    alias kept) GC restores it and drops the file; STATUS asks host-local."""
     c = conf(tmp_path, version="1.1.0", ipam=True)
     pods = {}
     for cid, dev in (("keep", "hdev0"), ("drop", "hdev1")):
@@ -539,7 +542,16 @@ def test_gc_and_status_pass_to_ipam(host_device, cni_bin, node_netns, netns_fact
     gc = dict(c, **{"cni.dev/valid-attachments": [{"containerID": "keep", "ifname": "eth0"}]})
     assert run_plugin(host_device, "GC", gc, container_id="", netns="", ifname="",
                       node=node_netns) is None
-    assert allocated(tmp_path) == ["10.71.0.2"] and saved_files(tmp_path) == ["keep_eth0.json"]
+    assert allocated(tmp_path) == ["10.71.0.2"]
+    assert saved_files(tmp_path) == ["drop_eth0.json", "keep_eth0.json"]
+    with NetNS.open(pods["drop"].path) as p, p.rtnl() as cipr, NetNS.open(node_netns.path) as n:
+        netlink.link_down(cipr, "eth0")
+        netlink.move_link(cipr, "eth0", n)
+    assert run_plugin(host_device, "GC", gc, container_id="", netns="", ifname="",
+                      node=node_netns) is None
+    assert saved_files(tmp_path) == ["keep_eth0.json"]
+    back = state(node_netns, "hdev1")
+    assert back is not None and (back["mtu"], back["up"], back["alias"]) == (MTU, True, None)
     assert run_plugin(host_device, "STATUS", c, container_id="", netns="", ifname="",
                       node=node_netns) is None
     bad = dict(c, ipam=dict(c["ipam"], type="no-such-ipam"))

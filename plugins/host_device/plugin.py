@@ -346,8 +346,11 @@ class HostDevice(Plugin):
 
     def gc(self, args: CmdArgs, conf: HostDeviceConf) -> None:
         """IPAM GC (the default), then this network's saved files whose
-        attachment is not in ``cni.dev/valid-attachments`` (Go's host-device
-        has no GC).
+        attachment is not in ``cni.dev/valid-attachments`` and whose device
+        is back on the node (its pod gone): the device gets its name, MTU
+        and state back, as a DEL would give them, and the file goes. A
+        device still in a pod keeps its file, for the DEL that moves it
+        back. (Go's host-device has no GC.)
 
         Raises:
             CNIError: IPAM's; 7 without the list of valid attachments; 5
@@ -355,8 +358,9 @@ class HostDevice(Plugin):
         """
         super().gc(args, conf)
         keep = {(a.container_id, a.ifname) for a in conf.gc_keep()}
-        with Store.open(conf.data_dir or DEFAULT_DATA_DIR, create=False) as store:
-            problems = store.collect(conf.name, keep)
+        with Store.open(conf.data_dir or DEFAULT_DATA_DIR, create=False) as store, \
+                Rtnl() as ipr:
+            problems = store.collect(conf.name, keep, lambda saved: _recover(ipr, saved))
         if problems:
             raise CNIError(ERR_IO_FAILURE, f"host-device: GC left {len(problems)} file(s) it "
                                            "could not handle", "; ".join(problems))

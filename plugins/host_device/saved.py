@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
 from cni_skel import netlink
@@ -172,13 +172,17 @@ class Store:
             raise _io("cannot save the device's state" if data else
                       "cannot remove the device's saved state", exc) from None
 
-    def collect(self, network: str, keep: set[tuple[str, str]]) -> list[str]:
+    def collect(self, network: str, keep: set[tuple[str, str]],
+                release: Callable[[Saved], bool] | None = None) -> list[str]:
         """GC: remove files of ``network`` whose (containerID, ifname) is not
-        in ``keep``, then killed writers' temp files. Returns the problems
-        met ("<path>: <reason>"); the rest goes on."""
+        in ``keep`` (and for which ``release(saved)`` says True, when
+        given), then killed writers' temp files. Returns the problems met
+        ("<path>: <reason>"); the rest goes on."""
         if self._dir is None:
             return []
-        return collect_attachment_files(self._dir, network, keep, _owner)
+        gate = None if release is None else (
+            lambda raw: (saved := Saved.from_json(raw)) is None or release(saved))
+        return collect_attachment_files(self._dir, network, keep, _owner, release=gate)
 
 
 def _owner(raw: bytes) -> tuple[str, str, str] | None:
