@@ -17,6 +17,7 @@ the one-shot fallback <= 13x Go.
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import TYPE_CHECKING
 
 from cni_skel import netlink
@@ -70,7 +71,8 @@ def config(plugin: str, store: str, device: str = "") -> dict:
     if plugin == "vlan":
         conf["vlanId"] = 100
     if plugin == "host-device":
-        conf["device"] = device
+        # its saved states beside the IPAM store: never the node's /run/cni
+        conf.update(device=device, dataDir=os.path.join(store, "host-device"))
     return conf
 
 
