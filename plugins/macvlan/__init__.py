@@ -18,28 +18,22 @@ from cni_skel.config import unsupported
 from cni_skel.env import CmdArgs
 from cni_skel.model import CNIModel
 
+from ..bridge.config import BridgeArgs, BridgeConfArgs, BridgeRuntimeConfig
 from ..podlink import MasterLinkConf, MasterLinkPlugin, link_mode
 
-__all__ = ["Macvlan", "MacvlanArgs", "MacvlanConf"]
+__all__ = ["CNIModel", "K8sArgs", "Macvlan", "MacvlanArgs", "MacvlanConf"]
 
 #: Go 1.1.1's modes, plus ``source`` (the kernel has it; Go refuses it).
 MODES = ("bridge", "private", "vepa", "passthru", "source")
 
 
-class _MacOnly(CNIModel):
-    """``runtimeConfig`` (capability ``mac``) and ``args.cni``: a ``mac``."""
-
-    mac: MacAddress | None = None
-
-
-class _ConfArgs(CNIModel):
-    cni: _MacOnly = Field(default_factory=_MacOnly)
+# runtimeConfig / args.cni: a ``mac``, and CNI_ARGS ``MAC``, as bridge reads them
+_MacOnly = BridgeRuntimeConfig
+_ConfArgs = BridgeConfArgs
 
 
-class MacvlanArgs(K8sArgs):
+class MacvlanArgs(BridgeArgs):
     """CNI_ARGS of macvlan: ``MAC`` for the pod's link (a bad one is code 4)."""
-
-    mac: MacAddress | None = Field(None, alias="MAC")
 
 
 class MacvlanConf(MasterLinkConf):
