@@ -71,7 +71,7 @@ from pyroute2.netlink.rtnl import (
     RTM_NEWLINK,
 )
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
-from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg, macvx_data
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
 from cni_skel import compat
@@ -377,6 +377,12 @@ _OLD_LINK_KEYS = {f.name: f.name for f in dataclasses.fields(Link)
                   if f.name not in _NEW_LINK_FIELDS} | {"link": "peer_index"}
 #: Kinds whose IFLA_LINK is the link they sit on (`Link.parent`).
 _CHILD_KINDS = frozenset({"macvlan", "macvtap", "ipvlan", "ipvtap", "vlan"})
+# pyroute2 0.9's macvlan attribute table stops at MACADDR_COUNT (6); the
+# kernel has had the broadcast queue length (7, 8) since 5.11, and Go's
+# macvlan sets it. Extended once, before any macvlan message is compiled.
+if not any(entry[0] == "IFLA_MACVLAN_BC_QUEUE_LEN" for entry in macvx_data.nla_map):
+    macvx_data.nla_map = (*macvx_data.nla_map, ("IFLA_MACVLAN_BC_QUEUE_LEN", "uint32"),
+                          ("IFLA_MACVLAN_BC_QUEUE_LEN_USED", "uint32"))
 #: IFLA_MACVLAN_MODE values (linux/if_link.h) by name.
 MACVLAN_MODES = {"private": 1, "vepa": 2, "bridge": 4, "passthru": 8, "source": 16}
 #: IFLA_IPVLAN_MODE values by name.
@@ -940,7 +946,8 @@ def _create_renamed(op: str, ipr: Socket, netns_ipr: Socket, name: str, kind: st
 
 def create_macvlan(ipr: Socket, name: str, parent: Link | str | int, *, mode: str = "bridge",
                    netns: NetNS | None = None, netns_ipr: Socket | None = None,
-                   mtu: int | None = None, mac: str | None = None) -> Link:
+                   mtu: int | None = None, mac: str | None = None,
+                   bcqueuelen: int | None = None) -> Link:
     """Create macvlan ``name`` on ``parent`` (a link of ``ipr``'s
     namespace), left down.
 
@@ -954,7 +961,10 @@ def create_macvlan(ipr: Socket, name: str, parent: Link | str | int, *, mode: st
     ``netns_ipr``: a socket bound to ``netns`` to read and rename the new
     link with (one is opened when not given). ``mtu``: bytes (the kernel
     refuses more than the parent's); ``mac``: its address (kernel random
-    otherwise).
+    otherwise). ``bcqueuelen``: the length of the queue of broadcast and
+    multicast packets waiting for the macvlans of ``parent`` (packets,
+    0..2**32-1; IFLA_MACVLAN_BC_QUEUE_LEN, kernels >= 5.11: an older one
+    ignores it; None or 0: the kernel's 1000, as Go sends nothing then).
 
     Returns:
         the new `Link` (its ifindex belongs to the namespace it is in;
@@ -963,16 +973,23 @@ def create_macvlan(ipr: Socket, name: str, parent: Link | str | int, *, mode: st
     Raises:
         LinkExists: (999) ``name`` is taken in the target namespace.
         LinkNotFound: (999) no ``parent``.
-        CNIError: 7 for an unknown mode, a bad name, MAC or MTU; 999 for
-            kernel errors (e.g. EINVAL for an MTU above the parent's).
+        CNIError: 7 for an unknown mode, a bad name, MAC, MTU or
+            ``bcqueuelen``; 999 for kernel errors (e.g. EINVAL for an MTU
+            above the parent's).
 
-    Source: Go ``netlink.Macvlan`` as plugins/main/macvlan creates it.
+    Source: Go ``netlink.Macvlan`` as plugins/main/macvlan creates it
+    (``BCQueueLen`` since plugins 1.6).
     """
     if mode not in MACVLAN_MODES:
         raise CNIError(ERR_INVALID_NETWORK_CONFIG, f'unknown macvlan mode "{mode}"')
+    data: dict[str, Any] = {"macvlan_mode": mode}
+    if bcqueuelen:
+        if not isinstance(bcqueuelen, int) or not 0 < bcqueuelen < 2**32:
+            raise CNIError(ERR_INVALID_NETWORK_CONFIG, f"invalid bcqueuelen {bcqueuelen!r}: "
+                                                       "0..4294967295 packets")
+        data["macvlan_bc_queue_len"] = bcqueuelen
     return _create_link("create macvlan", ipr, name, "macvlan", netns=netns,
-                        netns_ipr=netns_ipr, mtu=mtu, mac=mac, parent=parent,
-                        data={"macvlan_mode": mode})
+                        netns_ipr=netns_ipr, mtu=mtu, mac=mac, parent=parent, data=data)
 
 
 def create_ipvlan(ipr: Socket, name: str, parent: Link | str | int, *, mode: str = "l2",

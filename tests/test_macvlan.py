@@ -235,7 +235,8 @@ def test_bad_config_is_code_7_naming_the_key(macvlan, netns_factory, tmp_path):
         ({"args": {"cni": {"mac": 5}}}, 7, "args: Value error, cni.mac: "),
         ({"linkInContainer": "x"}, 7, "linkInContainer"),
         ({"master": "a/b"}, 7, "master"),
-        ({"bcqueuelen": 100}, 2, "bcqueuelen"),
+        ({"bcqueuelen": -1}, 7, "bcqueuelen"),
+        ({"bcqueuelen": 2**32}, 7, "bcqueuelen"),
     ]:
         refused(macvlan, conf(tmp_path, **top), node, pod, code, text)
     refused(macvlan, conf(tmp_path), node, pod, 4, "MAC", cni_args="MAC=zz")
@@ -291,6 +292,25 @@ def test_mac_precedence_as_go(macvlan, netns_factory, tmp_path):
     assert call(macvlan, "ADD", c, node, pod, cni_args="MAC=02:00:00:00:00:02")[
         "interfaces"][0]["mac"] == "02:00:00:00:00:04"
     call(macvlan, "DEL", c, node, pod)
+
+
+def bc_queue_len(ns, name: str) -> int | None:
+    with NetNS.open(ns.path) as n, n.iproute() as ipr:
+        (msg,) = ipr.get_links(ifname=name)
+        return msg.get_attr("IFLA_LINKINFO").get_attr("IFLA_INFO_DATA").get_attr(
+            "IFLA_MACVLAN_BC_QUEUE_LEN")
+
+
+def test_bcqueuelen_reaches_the_kernel(macvlan, netns_factory, tmp_path):
+    """``bcqueuelen`` (Go >= 1.6's key) is the macvlan's broadcast queue
+    length in the kernel; 0 or no key leaves the kernel's 1000."""
+    node, pod = setup(netns_factory)
+    for top, want in (({"bcqueuelen": 3000}, 3000), ({"bcqueuelen": 0}, 1000), ({}, 1000)):
+        c = conf(tmp_path, ipam=None, **top)
+        call(macvlan, "ADD", c, node, pod)
+        assert bc_queue_len(pod, "eth0") == want
+        call(macvlan, "DEL", c, node, pod)
+        assert links_of(pod) == ["lo"]
 
 
 def test_gc_and_status_go_to_ipam(macvlan, netns_factory, tmp_path):

@@ -14,7 +14,6 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from cni_skel import netlink
 from cni_skel.args import K8sArgs, MacAddress
-from cni_skel.config import unsupported
 from cni_skel.env import CmdArgs
 from cni_skel.model import CNIModel
 
@@ -44,8 +43,8 @@ class MacvlanConf(MasterLinkConf):
     ``source``), ``mtu`` (<= the master's), ``mac``, ``linkInContainer``,
     ``ipam`` (optional: without a type the link is L2 only), ``dns``;
     ``runtimeConfig.mac`` (capability ``mac``) and ``args.cni.mac``.
-    ``bcqueuelen``: only 0 (pyroute2 0.9 cannot send
-    IFLA_MACVLAN_BC_QUEUE_LEN; another value is code 2 naming it).
+    ``bcqueuelen`` (packets, 0..2**32-1, Go >= 1.6's key: the master's
+    broadcast queue; 0 leaves the kernel's default).
 
     The pod link's MAC (`mac_for`), in Go's precedence: the ``mac`` key <
     CNI_ARGS ``MAC`` < ``args.cni.mac`` (ours, as bridge) <
@@ -57,20 +56,12 @@ class MacvlanConf(MasterLinkConf):
 
     mode: str = "bridge"
     mac: MacAddress | None = None
-    bcqueuelen: int = Field(0, ge=0)
+    bcqueuelen: int = Field(0, ge=0, le=2**32 - 1)  # Go's uint32
 
     @field_validator("mode", mode="before")
     @classmethod
     def _mode(cls, value: Any) -> Any:
         return link_mode("macvlan", value, MODES)
-
-    @field_validator("bcqueuelen")
-    @classmethod
-    def _bcqueuelen(cls, value: int) -> int:
-        if value:
-            raise unsupported("bcqueuelen", value,
-                              "pyroute2 0.9 cannot set IFLA_MACVLAN_BC_QUEUE_LEN")
-        return value
 
     @field_validator("runtime_config", "args")
     @classmethod
@@ -109,7 +100,9 @@ class Macvlan(MasterLinkPlugin):
 
     def create_link(self, ipr: Any, name: str, args: CmdArgs, conf: MacvlanConf,
                     master: netlink.Link | None, target: dict[str, Any]) -> netlink.Link:
-        """`cni_skel.netlink.create_macvlan` on ``master``, mode, MTU, MAC."""
+        """`cni_skel.netlink.create_macvlan` on ``master``, mode, MTU, MAC,
+        broadcast queue length."""
         assert master is not None
         return netlink.create_macvlan(ipr, name, master, mode=conf.mode,
-                                      mtu=conf.mtu or None, mac=conf.mac_for(args), **target)
+                                      mtu=conf.mtu or None, mac=conf.mac_for(args),
+                                      bcqueuelen=conf.bcqueuelen or None, **target)
