@@ -505,6 +505,18 @@ def test_non_root_client_is_refused(worker, extra):
     assert "refused a client with uid 65534" in worker.log()
 
 
+def test_ping_client_gone_before_the_answer(worker):
+    """A ping whose client closed before reading (a timed-out ``--check``)
+    costs the serving process nothing: no failure logged, it serves on."""
+    for _ in range(3):
+        s = launcher.connect(worker.sock, 10)
+        s.sendall(protocol.encode_request([b"ping"]))
+        s.close()  # the request is whole in the worker's queue; the answer meets EPIPE
+    assert launcher.ping(worker.sock)[0]
+    assert "child failed" not in worker.log()
+    assert "exited with" not in worker.log()
+
+
 def test_eight_parallel_clients(worker, wbin, tmp_path, node_netns):
     conf = {"cniVersion": "1.1.0", "name": "par", "type": "host-local",
             "ipam": {"type": "host-local", "dataDir": str(tmp_path / "ipam"),

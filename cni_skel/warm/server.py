@@ -1090,8 +1090,9 @@ class WorkerChild:
                        peer_pid: int = 0, version: int = PROTOCOL_VERSION) -> str | None:
         kind = fields[0]
         if kind == KIND_PING:
-            self._report_idle(None)
-            conn.sendall(encode_reply(ST_PONG, 0, json.dumps(self.about).encode()))
+            # A client that gave up before the answer (a timed-out --check,
+            # a slow start) is no failure of this process.
+            self._answer(conn, ST_PONG, 0, json.dumps(self.about).encode())
             return None
         try:
             want = RUN_FIELDS_BY_VERSION[version]
