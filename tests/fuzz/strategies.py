@@ -36,10 +36,12 @@ from typing import Annotated, Any, Literal, Union
 from cni_skel_plugins.bridge.config import BridgeConf
 from cni_skel_plugins.host_device.config import HostDeviceConf
 from cni_skel_plugins.host_local.config import HostLocalConf, IPAMSettings
+from cni_skel_plugins.ipvlan import IPVlanConf
 from cni_skel_plugins.macvlan import MacvlanConf
 from cni_skel_plugins.portmap.config import PortMapConf
 from cni_skel_plugins.ptp import PtpConf
 from cni_skel_plugins.tuning.config import TuningConf
+from cni_skel_plugins.vlan import VlanConf
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
@@ -51,6 +53,7 @@ from cni_skel.version import ALL_VERSIONS, CURRENT_VERSION
 __all__ = [
     "BRIDGE",
     "CNI_VARS",
+    "KERNEL_PLUGINS",
     "MISSING",
     "NET",
     "PLUGINS",
@@ -67,6 +70,9 @@ __all__ = [
 
 PLUGINS = ("bridge", "host-device", "host-local", "loopback", "macvlan", "portmap", "ptp",
            "tuning")
+#: Plugins whose link kind some kernels lack, with the feature they need
+#: (tests/kernelvm.py): where the host has none, they are fuzzed in its VM.
+KERNEL_PLUGINS = {"ipvlan": "ipvlan", "vlan": "8021q", "dummy": "dummy"}
 VERBS = ("ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION")
 CNI_VARS = ("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS", "CNI_PATH")
 
@@ -89,7 +95,7 @@ MISSING = None
 NET = "fznet"
 BRIDGE = "cnskfz0"
 PM_LINK = "cnskfzpm0"  # the node link portmap's prevResult names
-UPLINK = "cnskfzup0"  # macvlan's master on the node
+UPLINK = "cnskfzup0"  # macvlan's, ipvlan's and vlan's master on the node
 DEVICE = "cnskfzhd0"  # the node link host-device moves into the pod
 PM_NODE = ("10.99.0.1/24", "fd00:99::1/64")
 POD_IPS = ("10.99.0.5/24", "fd00:99::5/64")
@@ -156,6 +162,12 @@ def base_config(plugin: str, version: str = CURRENT_VERSION) -> dict:
                     promisc=True, prevResult=prev_result(plugin, version))
     elif plugin == "macvlan":
         conf.update(master=UPLINK, mode="bridge", ipam=ipam)
+    elif plugin == "ipvlan":
+        conf.update(master=UPLINK, mode="l2", ipam=ipam)
+    elif plugin == "vlan":
+        conf.update(master=UPLINK, vlanId=100, ipam=ipam)
+    elif plugin == "dummy":
+        conf["ipam"] = ipam
     elif plugin == "ptp":
         conf.update(ipMasq=True, ipam=ipam)
     elif plugin == "host-device":
@@ -220,7 +232,9 @@ HINTS: dict[str, st.SearchStrategy[Any]] = {
     "Interface.name": st.sampled_from(["eth0", BRIDGE, PM_LINK, "lo"]),
     "sandbox": st.sampled_from([POD, ""]),
     "interface": st.sampled_from([0, 1, 2]),
-    "mode": st.sampled_from(["bridge", "private", "vepa", "passthru", "source", "l2", ""]),
+    "mode": st.sampled_from(["bridge", "private", "vepa", "passthru", "source", "l2", "l3",
+                             "l3s", ""]),
+    "vlanId": st.sampled_from([100, 100, 0, 4094, 4095]),
     "linkInContainer": st.sampled_from([False, False, True]),
     "bcqueuelen": st.sampled_from([0, 0, 100]),
     # host-device finds devices in the node namespace only (its netlink,
@@ -326,7 +340,8 @@ def derived_prev_result(version: str) -> st.SearchStrategy[Any]:
 
 _CONF_MODEL = {"bridge": BridgeConf, "host-local": HostLocalConf, "loopback": NetConf,
                "portmap": PortMapConf, "tuning": TuningConf, "macvlan": MacvlanConf,
-               "ptp": PtpConf, "host-device": HostDeviceConf}
+               "ptp": PtpConf, "host-device": HostDeviceConf, "ipvlan": IPVlanConf,
+               "vlan": VlanConf, "dummy": NetConf}
 # Keys the base config sets (or the case adds) rather than the derivation.
 _BASE_KEYS = frozenset({"cniVersion", "name", "type", "bridge", "ipam", "prevResult", "dataDir",
                         "cni.dev/valid-attachments", "cni.dev/attachments", "master",

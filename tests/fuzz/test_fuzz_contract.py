@@ -34,6 +34,11 @@ Size: ``CNI_SKEL_FUZZ_EXAMPLES`` inputs in total, split evenly across the
 plugin x verb x mode test functions (default `DEFAULT_PER_TEST` each, a
 bounded CI slice); derandomized unless ``CNI_SKEL_FUZZ_SEED`` is set or more
 than the default is asked for (the seed used is then in the summary).
+
+ipvlan, vlan and dummy (`strategies.KERNEL_PLUGINS`) have a test function of
+their own, marked with the kernel feature each needs: on a host whose kernel
+lacks it, the suite's kernel VM runs it, warm only and at most
+`VM_MAX_PER_TEST` inputs per function (tests/kernelvm.py).
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ import hypothesis
 import pytest
 from conftest import MODES
 from hypothesis import HealthCheck, Phase, given, settings
+from kernelvm import IN_VM_ENV
 
 from cni_skel.harness import TestNetNS, create_netns, remove_netns
 from cni_skel.netns import NetNS
@@ -69,6 +75,8 @@ pytestmark = [pytest.mark.fuzz, pytest.mark.root]
 EXAMPLES_ENV = "CNI_SKEL_FUZZ_EXAMPLES"
 SEED_ENV = "CNI_SKEL_FUZZ_SEED"
 DEFAULT_PER_TEST = 4
+#: Inputs per test of the kernel link kinds inside the kernel VM (emulated).
+VM_MAX_PER_TEST = 8
 N_TESTS = len(S.PLUGINS) * len(S.VERBS) * len(MODES)
 CALL_TIMEOUT = 120.0
 IP = shutil.which("ip") or "/usr/sbin/ip"
@@ -312,6 +320,7 @@ class Rig:
         os.makedirs(self.data)
         self.node, self.pod = create_netns("cnsk-fzn"), create_netns("cnsk-fzp")
         node_link = {"portmap": (S.PM_LINK, S.PM_NODE), "macvlan": (S.UPLINK, ()),
+                     "ipvlan": (S.UPLINK, ()), "vlan": (S.UPLINK, ()),
                      "host-device": (S.DEVICE, ())}.get(self.plugin)
         if node_link is not None:
             with NetNS.open(self.node.path) as ns, ns.iproute() as ipr:
@@ -543,7 +552,30 @@ def _link(ipr: Any, name: str, addresses: tuple[str, ...]) -> None:
 def test_contract_holds_under_fuzzed_input(plugin: str, verb: str, cni_bin: str,
                                            cni_mode: str, request: pytest.FixtureRequest,
                                            tmp_path: Any, fuzz_totals: Any) -> None:
+    fuzz(plugin, verb, cni_bin, cni_mode, request, tmp_path, fuzz_totals, *budget())
+
+
+@pytest.mark.parametrize("verb", S.VERBS)
+@pytest.mark.parametrize("plugin", [
+    # In a VM (a host kernel without the kind) warm only: a one-shot call
+    # there pays seconds of emulated Python start-up per input.
+    pytest.param(p, marks=pytest.mark.kernel(feature, vm_modes=("warm",)))
+    for p, feature in S.KERNEL_PLUGINS.items()])
+def test_contract_holds_for_kernel_link_kinds(plugin: str, verb: str, cni_bin: str,
+                                              cni_mode: str, request: pytest.FixtureRequest,
+                                              tmp_path: Any, fuzz_totals: Any) -> None:
+    """ipvlan, vlan and dummy as the others; inside the kernel VM at most
+    `VM_MAX_PER_TEST` inputs each, whatever the run's budget."""
     per_test, seed = budget()
+    if os.environ.get(IN_VM_ENV) == "1":
+        per_test = min(per_test, VM_MAX_PER_TEST)
+    fuzz(plugin, verb, cni_bin, cni_mode, request, tmp_path, fuzz_totals, per_test, seed)
+
+
+def fuzz(plugin: str, verb: str, cni_bin: str, cni_mode: str, request: pytest.FixtureRequest,
+         tmp_path: Any, fuzz_totals: Any, per_test: int, seed: int | None) -> None:
+    """Run ``per_test`` fuzzed inputs of ``plugin`` ``verb`` through the
+    executable and fail naming every deviation from the contract."""
     worker = request.getfixturevalue("cni_worker") if cni_mode == "warm" else None
     rig = Rig(plugin, verb, cni_mode, cni_bin, str(tmp_path), worker, seed)
 
