@@ -39,11 +39,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import fcntl
 import ipaddress
 import os
 import re
+import select
 import socket
 import struct
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -69,6 +72,7 @@ from pyroute2.netlink.rtnl import (
     RTM_GETROUTE,
     RTM_NEWADDR,
     RTM_NEWLINK,
+    RTM_SETLINK,
 )
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg, macvx_data
@@ -77,6 +81,7 @@ from pyroute2.netlink.rtnl.rtmsg import rtmsg
 from cni_skel import compat
 from cni_skel.env import ifname_problem
 from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, CNIError
+from cni_skel.netns import CLONE_NEWNET, setns
 from cni_skel.rtnl import Rtnl, build
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -112,6 +117,7 @@ __all__ = [
     "delete_link",
     "ensure_bridge",
     "find_link",
+    "finishing_deletions",
     "link_down",
     "link_flags",
     "link_index",
@@ -121,6 +127,7 @@ __all__ = [
     "move_link",
     "route_get",
     "routes",
+    "wait_deletions",
     "wait_operstate",
 ]
 
@@ -695,6 +702,14 @@ def delete_link(ipr: Socket, name: Link | str | int, missing_ok: bool = True) ->
     """Delete a link (for a veth, both ends go). True if it was deleted.
     One request (a name is resolved by the kernel).
 
+    Answers once the kernel has taken the link out of its namespace: its
+    RTM_DELLINK notification is out, so its name and index are free, its
+    addresses and routes gone, and a veth's peer with it. The rest of the
+    kernel's work (``netdev_run_todo``: an RCU barrier, ~20 ms and more
+    on a busy node, which Go's plugins wait for) goes on in a thread of
+    this process; `wait_deletions` waits for it, and a process's exit
+    does. Where that cannot be set up (no SIOCGSKNS), the call waits.
+
     With ``missing_ok`` (default) a missing link returns False.
 
     Raises:
@@ -704,13 +719,142 @@ def delete_link(ipr: Socket, name: Link | str | int, missing_ok: bool = True) ->
     missing = isinstance(name, str) and not _plausible_ifname(name)
     if not missing:
         ignore = (errno.ENODEV,) if missing_ok or isinstance(name, str) else ()
-        result = _request("delete link", name, ipr, _link_msg(name), RTM_DELLINK, _REQ,
-                          ignore=ignore)
-        if result is not None:
+        if _delete_unlisted(ipr, name, ignore) is not None:
             return True
     if missing_ok:
         return False
     raise LinkNotFound(name)
+
+
+#: Deletions answered once unlisted, still in the kernel (`wait_deletions`):
+#: each thread with the eventfd it signals when done.
+_finishing: list[tuple[threading.Thread, int]] = []
+_SIOCGSKNS = 0x894C  # linux/sockios.h: a socket's network namespace, as an fd
+_RTMGRP_LINK = 1
+_IFLA_IFNAME = 3
+_IFINFO = struct.Struct("=IHHII" "BxHiII")  # nlmsghdr + ifinfomsg
+
+
+def _delete_unlisted(ipr: Socket, name: Link | str | int, ignore: tuple[int, ...]) -> Any:
+    """`_request` of the RTM_DELLINK, sent by a thread in ``ipr``'s
+    namespace while this one waits there for the link's RTM_DELLINK
+    notification or the request's end, whichever comes first."""
+    msg = _link_msg(name)
+    try:
+        ns_fd = fcntl.ioctl(ipr.fileno(), _SIOCGSKNS)
+    except OSError:
+        return _request("delete link", name, ipr, msg, RTM_DELLINK, _REQ, ignore=ignore)
+    index = name.index if isinstance(name, Link) else name if isinstance(name, int) else None
+    wanted = name.name if isinstance(name, Link) else name if isinstance(name, str) else None
+    outcome: dict[str, Any] = {}
+    watching = threading.Event()
+    done = os.eventfd(0, os.EFD_CLOEXEC)
+
+    def delete() -> None:
+        try:
+            try:
+                setns(ns_fd, CLONE_NEWNET)  # this thread's only
+                outcome["watch"] = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW,
+                                                 socket.NETLINK_ROUTE)
+                outcome["watch"].bind((0, _RTMGRP_LINK))
+            except OSError:
+                pass  # no watch: the caller waits for the request's end
+            finally:
+                os.close(ns_fd)
+                watching.set()
+            with Rtnl() as own:
+                outcome["answer"] = _request("delete link", name, own, msg, RTM_DELLINK,
+                                             _REQ, ignore=ignore)
+        except BaseException as exc:  # raised by the caller when it waits for this
+            outcome["error"] = exc
+        finally:
+            os.eventfd_write(done, 1)
+
+    thread = threading.Thread(target=delete, name="cni-skel delete link")
+    try:
+        thread.start()
+    except RuntimeError:  # no thread to be had: wait here
+        os.close(ns_fd)
+        os.close(done)
+        return _request("delete link", name, ipr, msg, RTM_DELLINK, _REQ, ignore=ignore)
+    watching.wait()
+    watch = outcome.get("watch")
+    try:
+        gone = None if watch is None else _unlisted(watch, done, index, wanted)
+    finally:
+        if watch is not None:
+            watch.close()
+    if gone is not None:
+        # The notification is sent while the deletion still holds RTNL (the
+        # link's sysfs entry and a veth's peer follow): a request that takes
+        # RTNL answers once that is over. RTM_SETLINK of the gone index: ENODEV.
+        _request("delete link", name, ipr, _link_msg(gone), RTM_SETLINK, _REQ,
+                 ignore=(errno.ENODEV,))
+        _finishing.append((thread, done))
+        return ()
+    thread.join()
+    os.close(done)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("answer")
+
+
+def _unlisted(watch: socket.socket, done: int, index: int | None,
+              name: str | None) -> int | None:
+    """Wait on ``watch`` (RTMGRP_LINK) for the RTM_DELLINK of the link with
+    ``index`` or ``name``: its index. None once ``done`` says the request
+    ended first (an error, a link already gone), or notifications were lost."""
+    while True:
+        ready, _, _ = select.select([watch, done], [], [])
+        if watch not in ready:
+            return None
+        try:
+            data = watch.recv(65536)
+        except OSError:  # ENOBUFS: the request's end decides
+            return None
+        for msg_type, msg_index, msg_name in _link_events(data):
+            if msg_type == RTM_DELLINK and (msg_index == index or msg_name == name):
+                return msg_index
+
+
+def _link_events(data: bytes) -> list[tuple[int, int, str | None]]:
+    """(type, ifindex, IFLA_IFNAME) of each link message in ``data``."""
+    out = []
+    offset = 0
+    while offset + _IFINFO.size <= len(data):
+        length, msg_type, _, _, _, _, _, index, _, _ = _IFINFO.unpack_from(data, offset)
+        if length < _IFINFO.size:
+            break
+        name = None
+        at, end = offset + _IFINFO.size, offset + length
+        while at + 4 <= end:
+            nla_len, nla_type = struct.unpack_from("=HH", data, at)
+            if nla_len < 4:
+                break
+            if nla_type & 0x3FFF == _IFLA_IFNAME:
+                name = data[at + 4:at + nla_len].split(b"\0", 1)[0].decode("utf-8", "replace")
+                break
+            at += (nla_len + 3) & ~3
+        out.append((msg_type, index, name))
+        offset += (length + 3) & ~3
+    return out
+
+
+def finishing_deletions() -> int:
+    """How many link deletions `delete_link` answered early are still
+    finishing in the kernel (threads of this process)."""
+    return len(_finishing)
+
+
+def wait_deletions() -> None:
+    """Wait until the kernel has finished every link deletion `delete_link`
+    answered early in this process (a long-lived process calls it between
+    requests, as the cni-skel worker's serving processes do after each
+    answer; a process's exit waits for them anyway)."""
+    while _finishing:
+        thread, done = _finishing.pop()
+        thread.join()
+        os.close(done)
 
 
 def move_link(ipr: Socket, name: Link | str | int, netns: NetNS, *,

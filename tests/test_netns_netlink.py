@@ -163,6 +163,24 @@ def _requests(ipr):
             del ipr.nlm_request_batch
 
 
+@contextlib.contextmanager
+def _rtnl_requests():
+    """Record the message type of every request sent on any `Rtnl` in this
+    process (a link deletion's goes out on a socket of its own thread)."""
+    sent: list[int] = []
+    real = Rtnl.request
+
+    def request(self, msg, msg_type, flags, **kw):
+        sent.append(msg_type)
+        return real(self, msg, msg_type, flags, **kw)
+
+    Rtnl.request = request
+    try:
+        yield sent
+    finally:
+        Rtnl.request = real
+
+
 # ---------------------------------------------------------------------------
 # open / validate
 
@@ -535,6 +553,33 @@ def test_veth_pair_addresses_routes(make_ns, origin, sock):
     assert origin.same_as_current()
 
 
+def test_delete_link_answers_once_the_link_is_unlisted(make_ns, sock, origin):
+    """`delete_link` answers when the kernel has taken the link out of its
+    namespace (both veth ends gone, the names free for the next ADD), while
+    the kernel's own end (an RCU barrier) runs on in a thread of this
+    process that `wait_deletions` joins. A refusal is raised in the caller
+    with no thread left behind; the caller's thread stays in its netns."""
+    node, pod = make_ns(), make_ns()
+    netlink.wait_deletions()  # those of the tests before
+    before = threading.active_count()
+    with sock(node) as ipr, sock(pod) as pipr:
+        for i in range(4):
+            _, peer = create_veth_pair(ipr, "cnsk-h0", "eth0", peer_netns=pod,
+                                          peer_ipr=pipr)
+            target = ("eth0", peer, peer.index, "eth0")[i]
+            assert delete_link(pipr, target) is True
+            assert find_link(pipr, "eth0") is None and find_link(ipr, "cnsk-h0") is None
+        # a thread whose kernel end is done has ended; it is joined all the same
+        assert 0 <= threading.active_count() - before <= netlink.finishing_deletions() <= 4
+        netlink.wait_deletions()
+        assert netlink.finishing_deletions() == 0 and threading.active_count() == before
+        with pytest.raises(CNIError) as ei:
+            delete_link(pipr, "lo")
+        assert ei.value.code == 999 and "delete link lo" in ei.value.msg
+        assert delete_link(pipr, "eth0") is False
+        assert netlink.finishing_deletions() == 0 and threading.active_count() == before
+
+
 def test_veth_same_netns_and_move_link(make_ns, sock):
     a, b = make_ns(), make_ns()
     with sock(a) as aipr, sock(b) as bipr:
@@ -840,11 +885,13 @@ def test_rtnl_veth_peer_in_pod_netns_enslaved_in_one_request(make_ns):
         route = route_get(pipr, "10.78.0.9")
         assert route["oif"] == peer.index and route["src"] == ipaddress.ip_address("10.78.0.2")
         assert route_get(pipr, "10.99.0.1") is None  # no route there
-        # deleting the pod end by name: one request, both ends go
-        with _requests(pipr) as psent:
+        # deleting the pod end by name: one request, both ends go (sent by
+        # a thread in pipr's namespace, on a socket of its own; pipr waits
+        # for the deletion's RTNL section with an RTM_SETLINK of the gone index)
+        with _requests(pipr) as psent, _rtnl_requests() as sent:
             assert delete_link(pipr, "eth0") is True
             assert delete_link(pipr, "eth0") is False
-        assert psent == [17, 17]  # RTM_DELLINK, no look-up
+        assert psent == [19] and sent == [17, 17]  # RTM_DELLINK, no look-up
         assert find_link(ipr, "vethc0") is None
 
 

@@ -29,7 +29,7 @@ from cni_skel.warm.install import plugin_registry, write_executable
 
 PROBE_REF = "worker_plugins.probe:WorkerProbe"
 # What the process puts back itself, and what makes it step down.
-RESTORED = ("cwd", "umask", "env", "netns", "syspath")
+RESTORED = ("cwd", "umask", "env", "netns", "syspath", "dellink")
 RECYCLED = {"fd": "fds left open", "thread": "1 thread(s) left running",
             "signal": "signal handlers changed (SIGUSR2)", "raise": "answered error 999",
             "exit": "answered error 999"}

@@ -1169,11 +1169,19 @@ class WorkerChild:
         if code != 0 and _error_of(out)[0] == ERR_INTERNAL:
             dirty = dirty or "answered error 999"
         line.write("answered", "", out, code)  # before the answer: the log is never behind
-        self._report_idle(dirty)
+        finishing = netlink.finishing_deletions()
+        if not finishing:
+            self._report_idle(dirty)
         try:
             conn.sendall(encode_reply(ST_DONE, code, out))
         except OSError as exc:
             _log(self.log, cid, f"{cmd or '-'} answered, but the launcher is gone ({exc})")
+        if finishing:
+            # The links are gone from their namespaces; the kernel's own end
+            # of their deletion (an RCU barrier) is waited for after the
+            # answer, and this process is busy until then.
+            netlink.wait_deletions()
+            self._report_idle(dirty)
         return dirty
 
 

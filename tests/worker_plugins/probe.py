@@ -5,7 +5,8 @@ JSON; ``sleep``: create ``marker`` then sleep ``seconds``; ``segv``: die of
 SIGSEGV; ``exit``: os._exit(0) without answering; ``garble``: send junk on
 every unix datagram socket it holds, i.e. the worker child's report channel,
 then answer; ``pollute``: write the pid to ``report``, then leave behind what
-``pollute`` lists, see `POLLUTIONS`), ``report``, ``marker``, ``seconds``,
+``pollute`` lists, see `POLLUTIONS`; ``dellink`` deletes a veth in the pod,
+whose kernel end goes on in a thread after the answer), ``report``, ``marker``, ``seconds``,
 ``pollute``. ADD answers an empty result; the other verbs succeed.
 """
 
@@ -21,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from cni_skel import NetConf, Plugin, Result
+from cni_skel import NetConf, Plugin, Result, netlink
 from cni_skel.netns import CLONE_NEWNET, NetNS, setns
 
 
@@ -52,6 +53,11 @@ def _pollute(what: str, netns: str) -> None:
         ns.close()
     elif what == "syspath":
         sys.path.insert(0, "/cnsk-polluted")
+    elif what == "dellink":  # answered once unlisted: the kernel's end runs on in a thread
+        with NetNS.open(netns) as ns, ns.rtnl() as ipr:
+            netlink.create_veth_pair(ipr, "cnskdl0", "cnskdl1")
+            assert netlink.delete_link(ipr, "cnskdl0")
+            assert netlink.find_link(ipr, "cnskdl1") is None
     elif what == "thread":
         threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
     elif what == "signal":
@@ -63,8 +69,8 @@ def _pollute(what: str, netns: str) -> None:
 
 
 #: What ``mode: pollute`` can leave behind.
-POLLUTIONS = ("fd", "cwd", "umask", "env", "netns", "syspath", "thread", "signal", "raise",
-              "exit")
+POLLUTIONS = ("fd", "cwd", "umask", "env", "netns", "syspath", "dellink", "thread", "signal",
+              "raise", "exit")
 
 
 def _garble_reports() -> None:
