@@ -754,13 +754,18 @@ def _delete_unlisted(ipr: Socket, name: Link | str | int, ignore: tuple[int, ...
         try:
             try:
                 setns(ns_fd, CLONE_NEWNET)  # this thread's only
+            except OSError:  # never a request from another namespace: the caller sends it
+                outcome["elsewhere"] = True
+                return
+            finally:
+                os.close(ns_fd)
+            try:
                 outcome["watch"] = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW,
                                                  socket.NETLINK_ROUTE)
                 outcome["watch"].bind((0, _RTMGRP_LINK))
             except OSError:
                 pass  # no watch: the caller waits for the request's end
             finally:
-                os.close(ns_fd)
                 watching.set()
             with Rtnl() as own:
                 outcome["answer"] = _request("delete link", name, own, msg, RTM_DELLINK,
@@ -768,6 +773,7 @@ def _delete_unlisted(ipr: Socket, name: Link | str | int, ignore: tuple[int, ...
         except BaseException as exc:  # raised by the caller when it waits for this
             outcome["error"] = exc
         finally:
+            watching.set()
             os.eventfd_write(done, 1)
 
     thread = threading.Thread(target=delete, name="cni-skel delete link")
@@ -785,15 +791,18 @@ def _delete_unlisted(ipr: Socket, name: Link | str | int, ignore: tuple[int, ...
         if watch is not None:
             watch.close()
     if gone is not None:
+        _finishing.append((thread, done))
         # The notification is sent while the deletion still holds RTNL (the
         # link's sysfs entry and a veth's peer follow): a request that takes
         # RTNL answers once that is over. RTM_SETLINK of the gone index: ENODEV.
-        _request("delete link", name, ipr, _link_msg(gone), RTM_SETLINK, _REQ,
-                 ignore=(errno.ENODEV,))
-        _finishing.append((thread, done))
+        with contextlib.suppress(CNIError):
+            _request("delete link", name, ipr, _link_msg(gone), RTM_SETLINK, _REQ,
+                     ignore=(errno.ENODEV,))
         return ()
     thread.join()
     os.close(done)
+    if outcome.get("elsewhere"):
+        return _request("delete link", name, ipr, msg, RTM_DELLINK, _REQ, ignore=ignore)
     if "error" in outcome:
         raise outcome["error"]
     return outcome.get("answer")

@@ -580,6 +580,29 @@ def test_delete_link_answers_once_the_link_is_unlisted(make_ns, sock, origin):
         assert netlink.finishing_deletions() == 0 and threading.active_count() == before
 
 
+@pytest.mark.parametrize("fails", ["setns", "SIOCGSKNS"])
+def test_delete_link_without_its_thread_waits_in_the_right_namespace(make_ns, sock,
+                                                                     monkeypatch, fails):
+    """Where the deleting thread cannot enter the socket's namespace (or the
+    kernel cannot name it), the caller sends the request itself and waits:
+    never a request from the thread's own namespace, which has a link of
+    the same name here."""
+    node, pod = make_ns(), make_ns()
+
+    def refuse(*args):
+        raise OSError(errno.EPERM, "refused by the test")
+
+    monkeypatch.setattr(netlink, "setns", refuse) if fails == "setns" else \
+        monkeypatch.setattr(netlink.fcntl, "ioctl", refuse)
+    with sock(node) as ipr, sock(pod) as pipr, node.enter():  # this thread in the node
+        create_veth_pair(ipr, "eth0", "cnsk-p0")
+        create_veth_pair(ipr, "cnsk-h0", "eth0", peer_netns=pod, peer_ipr=pipr)
+        assert delete_link(pipr, "eth0") is True
+        assert netlink.finishing_deletions() == 0
+        assert find_link(pipr, "eth0") is None and find_link(ipr, "cnsk-h0") is None
+        assert find_link(ipr, "eth0") is not None  # the node's, untouched
+
+
 def test_veth_same_netns_and_move_link(make_ns, sock):
     a, b = make_ns(), make_ns()
     with sock(a) as aipr, sock(b) as bipr:
