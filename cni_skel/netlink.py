@@ -492,16 +492,18 @@ class _ifinfmsg_head(_ifinfmsg_summary):
     _KEEP = ()
 
 
-def _link_marshal(msg_class: type) -> Marshal:
-    """A parser of link answers that makes ``msg_class`` of each link."""
+def _link_marshal(msg_class: type, msg_type: int = RTM_NEWLINK) -> Marshal:
+    """A parser of link messages (answers, or ``msg_type`` notifications)
+    that makes ``msg_class`` of each link."""
     marshal = Marshal()
-    marshal.msg_map = {RTM_NEWLINK: msg_class}
+    marshal.msg_map = {msg_type: msg_class}
     return marshal
 
 
 _NLA_TYPE_MASK = ~(NLA_F_NESTED | NLA_F_NET_BYTEORDER)
 _LINK_SUMMARY = _link_marshal(_ifinfmsg_summary)
 _LINK_HEAD = _link_marshal(_ifinfmsg_head)
+_LINK_DELETED = _link_marshal(_ifinfmsg_summary, RTM_DELLINK)
 
 
 def _link_msg(name: Link | str | int) -> Any:
@@ -731,8 +733,6 @@ def delete_link(ipr: Socket, name: Link | str | int, missing_ok: bool = True) ->
 _finishing: list[tuple[threading.Thread, int]] = []
 _SIOCGSKNS = 0x894C  # linux/sockios.h: a socket's network namespace, as an fd
 _RTMGRP_LINK = 1
-_IFLA_IFNAME = 3
-_IFINFO = struct.Struct("=IHHII" "BxHiII")  # nlmsghdr + ifinfomsg
 
 
 def _delete_unlisted(ipr: Socket, name: Link | str | int, ignore: tuple[int, ...]) -> Any:
@@ -821,32 +821,10 @@ def _unlisted(watch: socket.socket, done: int, index: int | None,
             data = watch.recv(65536)
         except OSError:  # ENOBUFS: the request's end decides
             return None
-        for msg_type, msg_index, msg_name in _link_events(data):
-            if msg_type == RTM_DELLINK and (msg_index == index or msg_name == name):
-                return msg_index
-
-
-def _link_events(data: bytes) -> list[tuple[int, int, str | None]]:
-    """(type, ifindex, IFLA_IFNAME) of each link message in ``data``."""
-    out = []
-    offset = 0
-    while offset + _IFINFO.size <= len(data):
-        length, msg_type, _, _, _, _, _, index, _, _ = _IFINFO.unpack_from(data, offset)
-        if length < _IFINFO.size:
-            break
-        name = None
-        at, end = offset + _IFINFO.size, offset + length
-        while at + 4 <= end:
-            nla_len, nla_type = struct.unpack_from("=HH", data, at)
-            if nla_len < 4:
-                break
-            if nla_type & 0x3FFF == _IFLA_IFNAME:
-                name = data[at + 4:at + nla_len].split(b"\0", 1)[0].decode("utf-8", "replace")
-                break
-            at += (nla_len + 3) & ~3
-        out.append((msg_type, index, name))
-        offset += (length + 3) & ~3
-    return out
+        for msg in _LINK_DELETED.parse(data):
+            if msg["header"]["type"] == RTM_DELLINK and (
+                    msg["index"] == index or msg.get_attr("IFLA_IFNAME") == name):
+                return msg["index"]
 
 
 def finishing_deletions() -> int:
