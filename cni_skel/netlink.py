@@ -67,13 +67,17 @@ from pyroute2.netlink.marshal import Marshal
 from pyroute2.netlink.rtnl import (
     RTM_DELADDR,
     RTM_DELLINK,
+    RTM_DELRULE,
     RTM_GETADDR,
     RTM_GETLINK,
     RTM_GETROUTE,
+    RTM_GETRULE,
     RTM_NEWADDR,
     RTM_NEWLINK,
+    RTM_NEWRULE,
     RTM_SETLINK,
 )
+from pyroute2.netlink.rtnl.fibmsg import fibmsg
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg, macvx_data
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
@@ -94,11 +98,16 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 __all__ = [
     "IPVLAN_MODES",
     "MACVLAN_MODES",
+    "RT_TABLE_DEFAULT",
+    "RT_TABLE_LOCAL",
+    "RT_TABLE_MAIN",
     "Link",
     "LinkExists",
     "LinkNotFound",
+    "Rule",
     "add_address",
     "add_route",
+    "add_rule",
     "address_flags",
     "addresses",
     "bridge_port",
@@ -114,6 +123,7 @@ __all__ = [
     "default_route_interface",
     "del_address",
     "del_route",
+    "del_rule",
     "delete_link",
     "ensure_bridge",
     "find_link",
@@ -127,6 +137,7 @@ __all__ = [
     "move_link",
     "route_get",
     "routes",
+    "rules",
     "wait_deletions",
     "wait_operstate",
 ]
@@ -137,7 +148,10 @@ IFF_NOARP = 0x80
 IFF_PROMISC = 0x100
 IFF_ALLMULTI = 0x200
 IFA_F_NODAD = 0x02
+#: The kernel's routing tables (``ip route show table default|main|local``).
+RT_TABLE_DEFAULT = 253
 RT_TABLE_MAIN = 254
+RT_TABLE_LOCAL = 255
 RT_SCOPE_NOWHERE = 255
 _SCOPES = {"universe": 0, "global": 0, "site": 200, "link": 253, "host": 254, "nowhere": 255}
 # IFLA_EXT_MASK bits (linux/rtnetlink.h)
@@ -801,6 +815,7 @@ def _delete_unlisted(ipr: Socket, name: Link | str | int, ignore: tuple[int, ...
         return ()
     thread.join()
     os.close(done)
+    _gone(thread)
     if outcome.get("elsewhere"):
         return _request("delete link", name, ipr, msg, RTM_DELLINK, _REQ, ignore=ignore)
     if "error" in outcome:
@@ -842,6 +857,19 @@ def wait_deletions() -> None:
         thread, done = _finishing.pop()
         thread.join()
         os.close(done)
+        _gone(thread)
+
+
+def _gone(thread: threading.Thread) -> None:
+    """Wait (at most ~0.1 s) until the kernel no longer lists ``thread``:
+    ``join`` returns as Python's part of it ends, a moment before the OS
+    thread exits, and a process counting its threads (the worker's serving
+    process, which steps down when it sees more than one) must see it gone."""
+    task = f"/proc/self/task/{thread.native_id}"
+    for _ in range(1000):
+        if thread.native_id is None or not os.path.exists(task):
+            return
+        time.sleep(0.0001)
 
 
 def move_link(ipr: Socket, name: Link | str | int, netns: NetNS, *,
@@ -1636,6 +1664,8 @@ def add_route(
     scope: int | str | None = None,
     src: str | IPAddress | None = None,
     proto: int | str = "boot",
+    *,
+    replace: bool = False,
 ) -> bool:
     """Add a unicast route (proto boot by default, as Go's netlink and iproute2).
 
@@ -1648,11 +1678,13 @@ def add_route(
     preferred source address (RTA_PREFSRC, Go's ``Route.Src``; an address
     of this host, same family as ``dst``). ``proto``: who made the route, a
     number or a name of /etc/iproute2/rt_protos ("boot", "static",
-    "kernel", ...).
+    "kernel", ...). ``replace``: a route of the same dst/metric/table is
+    replaced (``ip route replace``, Go's ``netlink.RouteReplace``) instead
+    of kept.
 
-    Idempotent: an identical route (EEXIST) returns False; True when added.
-    Note EEXIST means "same dst/metric/table exists", possibly with another
-    gateway.
+    Idempotent: an identical route (EEXIST) returns False; True when added
+    (always True with ``replace``). Note EEXIST means "same dst/metric/table
+    exists", possibly with another gateway.
 
     Raises:
         LinkNotFound: (999) ``dev`` missing.
@@ -1680,8 +1712,8 @@ def add_route(
     metrics = {k: int(v) for k, v in (("mtu", mtu), ("advmss", advmss)) if v is not None}
     if metrics:
         spec["metrics"] = metrics
-    result = _built("add route", _route_target(spec, gw, dev), ipr, "route", "add",
-                    ignore=(errno.EEXIST,), **spec)
+    result = _built("add route", _route_target(spec, gw, dev), ipr, "route",
+                    "replace" if replace else "add", ignore=(errno.EEXIST,), **spec)
     return result is not None
 
 
@@ -1730,3 +1762,176 @@ def _route_target(spec: dict[str, Any], gw: Any, dev: Any) -> str:
     if dev is not None:
         text += f" dev {dev.name if isinstance(dev, Link) else dev}"
     return text
+
+
+# --------------------------------------------------------------------------
+# policy routing (ip rule)
+
+#: FR_ACT_* (linux/fib_rules.h) by iproute2's names for them.
+_RULE_ACTIONS = {1: "lookup", 2: "goto", 3: "nop", 6: "blackhole", 7: "unreachable",
+                 8: "prohibit"}
+_FR_ACT_TO_TBL = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """One policy-routing rule (``ip rule``) as the kernel reported it
+    (RTM_NEWRULE), the typed answer of `rules` (Go: ``netlink.Rule``).
+
+    Attributes:
+        family: 4 or 6.
+        priority: the rule's preference (lower matches first); the kernel
+            picks one when a rule is added without it.
+        table: the routing table it looks up (RT_TABLE_MAIN 254, ...;
+            0 for rules that look up nothing: ``blackhole``, ...).
+        action: iproute2's word for it: ``"lookup"``, ``"goto"``,
+            ``"nop"``, ``"blackhole"``, ``"unreachable"``, ``"prohibit"``.
+        src, dst: the selector's networks (None: any), e.g.
+            ``IPv4Network("10.1.0.5/32")``.
+        iifname, oifname: the selector's interfaces (None: any).
+        fwmark, fwmask: the selector's firewall mark and its mask (None: any).
+        l3mdev: the rule looks up the table of the packet's VRF (``ip rule
+            add l3mdev``; the kernel adds one at priority 1000 when the
+            first VRF appears).
+    """
+
+    family: int
+    priority: int
+    table: int
+    action: str = "lookup"
+    src: IPNetwork | None = None
+    dst: IPNetwork | None = None
+    iifname: str | None = None
+    oifname: str | None = None
+    fwmark: int | None = None
+    fwmask: int | None = None
+    l3mdev: bool = False
+
+
+def _rule_of(msg: Any) -> Rule | None:
+    mfam = msg["family"]
+    if mfam not in (socket.AF_INET, socket.AF_INET6):
+        return None
+    value = _attrs(msg)
+
+    def net(attr: str, length: int) -> IPNetwork | None:
+        addr = value(attr)
+        return None if addr is None else ipaddress.ip_network(f"{addr}/{length}", strict=False)
+
+    return Rule(family=4 if mfam == socket.AF_INET else 6,
+                priority=value("FRA_PRIORITY") or 0,
+                table=value("FRA_TABLE") or msg["table"],
+                action=_RULE_ACTIONS.get(msg["action"], str(msg["action"])),
+                src=net("FRA_SRC", msg["src_len"]), dst=net("FRA_DST", msg["dst_len"]),
+                iifname=value("FRA_IIFNAME"), oifname=value("FRA_OIFNAME"),
+                fwmark=value("FRA_FWMARK"), fwmask=value("FRA_FWMASK"),
+                l3mdev=bool(value("FRA_L3MDEV")))
+
+
+def rules(ipr: Socket, family: int | None = None, table: int | None = None) -> list[Rule]:
+    """The namespace's policy-routing rules (``ip rule list``), both
+    families unless ``family``; only those looking up ``table`` when given.
+    In the kernel's order (by priority within a family).
+
+    Raises:
+        CNIError: 999 for kernel errors.
+    """
+    fam = _family(family)
+    msg = fibmsg()
+    msg["family"] = fam  # AF_UNSPEC dumps every family's rules
+    msgs = _request("list rules", f"(family {family or 'all'})", ipr, msg, RTM_GETRULE,
+                    _DUMP) or []
+    out = []
+    for m in msgs:
+        rule = _rule_of(m)
+        if rule is not None and (not fam or _family(rule.family) == fam) \
+                and (table is None or rule.table == table):
+            out.append(rule)
+    return out
+
+
+def _rule_msg(table: int | None, src: Any, dst: Any, priority: int | None,
+              iifname: str | None, oifname: str | None, fwmark: int | None,
+              fwmask: int | None, family: int | None) -> Any:
+    """An RTM_*RULE message for `add_rule` / `del_rule` (code 7 for bad values)."""
+    nets = {}
+    for key, value in (("src", src), ("dst", dst)):
+        if value is None or value == "":
+            continue
+        try:
+            nets[key] = ipaddress.ip_network(value, strict=False)
+        except (ValueError, TypeError) as e:
+            raise CNIError(ERR_INVALID_NETWORK_CONFIG, f'invalid rule {key} "{value}"') from e
+    versions = {n.version for n in nets.values()}
+    if family is not None:
+        versions.add(4 if _family(family) == socket.AF_INET else 6)
+    if len(versions) != 1:
+        raise CNIError(ERR_INVALID_NETWORK_CONFIG, "a rule needs one address family: "
+                       "give src/dst of the same family, or family 4 or 6")
+    (version,) = versions
+    msg = fibmsg()
+    msg["family"] = socket.AF_INET if version == 4 else socket.AF_INET6
+    msg["action"] = _FR_ACT_TO_TBL
+    if table is not None:
+        if not 0 < int(table) < 2**32:
+            raise CNIError(ERR_INVALID_NETWORK_CONFIG, f"invalid routing table {table}")
+        msg["table"] = int(table) if int(table) < 256 else 252  # RT_TABLE_COMPAT
+        msg["attrs"].append(["FRA_TABLE", int(table)])
+    for key, attr in (("src", "FRA_SRC"), ("dst", "FRA_DST")):
+        if key in nets:
+            msg[f"{key}_len"] = nets[key].prefixlen
+            msg["attrs"].append([attr, str(nets[key].network_address)])
+    for attr, value in (("FRA_PRIORITY", priority), ("FRA_IIFNAME", iifname),
+                        ("FRA_OIFNAME", oifname), ("FRA_FWMARK", fwmark),
+                        ("FRA_FWMASK", fwmask)):
+        if value is not None:
+            msg["attrs"].append([attr, value])
+    return msg
+
+
+def add_rule(ipr: Socket, table: int, *, src: str | IPNetwork | IPAddress | None = None,
+             dst: str | IPNetwork | IPAddress | None = None, priority: int | None = None,
+             iifname: str | None = None, oifname: str | None = None,
+             fwmark: int | None = None, fwmask: int | None = None,
+             family: int | None = None) -> bool:
+    """Add a rule looking up ``table`` for packets matching the selector
+    (``ip rule add from SRC lookup TABLE``; Go: ``netlink.RuleAdd``).
+
+    ``src`` / ``dst``: a network or a bare address (a /32 or /128 then);
+    ``family`` (4 or 6) is needed only when neither is given. ``priority``:
+    None lets the kernel pick (just above the lowest-priority existing rule
+    that is not priority 0, as for Go's ``netlink.NewRule()``).
+
+    Returns True when added, False when the kernel already had an identical
+    rule (EEXIST, which the kernel checks only when ``priority`` is given).
+
+    Raises:
+        CNIError: 7 for bad values (no family, mixed families, table 0),
+            999 for kernel errors.
+    """
+    msg = _rule_msg(table, src, dst, priority, iifname, oifname, fwmark, fwmask, family)
+    target = f"from {src or 'all'}" + (f" to {dst}" if dst else "") + f" lookup {table}"
+    return _request("add rule", target, ipr, msg, RTM_NEWRULE,
+                    _REQ | NLM_F_CREATE | NLM_F_EXCL, ignore=(errno.EEXIST,)) is not None
+
+
+def del_rule(ipr: Socket, rule: Rule, *, missing_ok: bool = True) -> bool:
+    """Delete ``rule`` (as `rules` answered it): the kernel deletes the first
+    rule matching its priority, table and selector.
+
+    Returns True when deleted; a rule already gone (ENOENT) returns False
+    with ``missing_ok`` (default).
+
+    Raises:
+        CNIError: 999 for kernel errors (the rule gone, without ``missing_ok``).
+    """
+    msg = _rule_msg(rule.table or None, rule.src, rule.dst, rule.priority, rule.iifname,
+                    rule.oifname, rule.fwmark, rule.fwmask, rule.family)
+    msg["action"] = next((k for k, v in _RULE_ACTIONS.items() if v == rule.action),
+                         _FR_ACT_TO_TBL)
+    if rule.l3mdev:
+        msg["attrs"].append(["FRA_L3MDEV", 1])
+    target = f"from {rule.src or 'all'} lookup {rule.table} (priority {rule.priority})"
+    ignore = (errno.ENOENT,) if missing_ok else ()
+    return _request("delete rule", target, ipr, msg, RTM_DELRULE, _REQ,
+                    ignore=ignore) is not None

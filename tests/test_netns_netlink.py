@@ -32,8 +32,10 @@ from cni_skel.netlink import (
     Link,
     LinkExists,
     LinkNotFound,
+    Rule,
     add_address,
     add_route,
+    add_rule,
     address_flags,
     addresses,
     bridge_port,
@@ -42,6 +44,7 @@ from cni_skel.netlink import (
     create_veth_pair,
     del_address,
     del_route,
+    del_rule,
     delete_link,
     ensure_bridge,
     find_link,
@@ -53,6 +56,8 @@ from cni_skel.netlink import (
     move_link,
     route_get,
     routes,
+    rules,
+    wait_deletions,
 )
 from cni_skel.netns import NetNS, NetNSNotFound, current_netns, open_netns
 from cni_skel.rtnl import Rtnl
@@ -553,6 +558,71 @@ def test_veth_pair_addresses_routes(make_ns, origin, sock):
     assert origin.same_as_current()
 
 
+def test_rules_add_list_delete(make_ns, sock):
+    """Policy routing: a rule without a priority gets the kernel's (just
+    above the lowest-priority rule after priority 0, as Go's
+    netlink.NewRule()), a given one is kept and its duplicate is EEXIST
+    (False); `rules` reads every selector back typed, filters by family
+    and table; `del_rule` takes what `rules` answered, and a gone rule is
+    False. Bad values are code 7 before anything is sent."""
+    ns = make_ns()
+    with sock(ns) as ipr:
+        stock = rules(ipr)
+        assert {(r.family, r.priority, r.table) for r in stock} >= {
+            (4, 0, netlink.RT_TABLE_LOCAL), (4, 32766, netlink.RT_TABLE_MAIN),
+            (6, 32766, netlink.RT_TABLE_MAIN)}
+        assert add_rule(ipr, 100, src="10.1.0.5") is True
+        assert add_rule(ipr, 101, src=ipaddress.ip_network("fd00:1::5/128")) is True
+        assert add_rule(ipr, 1000, src="10.1.0.0/24", dst="10.2.0.0/16", priority=50,
+                        iifname="lo", fwmark=3, fwmask=0xFF) is True
+        assert add_rule(ipr, 1000, src="10.1.0.0/24", dst="10.2.0.0/16", priority=50,
+                        iifname="lo", fwmark=3, fwmask=0xFF) is False
+        assert add_rule(ipr, 7, family=6, oifname="lo", priority=60) is True
+        mine = [r for r in rules(ipr) if r not in stock]
+        assert mine == [
+            Rule(family=4, priority=50, table=1000, src=ipaddress.ip_network("10.1.0.0/24"),
+                 dst=ipaddress.ip_network("10.2.0.0/16"), iifname="lo", fwmark=3, fwmask=0xFF),
+            Rule(family=4, priority=32765, table=100, src=ipaddress.ip_network("10.1.0.5/32")),
+            Rule(family=6, priority=60, table=7, oifname="lo"),
+            Rule(family=6, priority=32765, table=101, src=ipaddress.ip_network("fd00:1::5/128")),
+        ]
+        assert rules(ipr, 6, table=101) == [mine[3]]
+        assert rules(ipr, 4, table=101) == []
+        for rule in mine:
+            assert del_rule(ipr, rule) is True
+            assert del_rule(ipr, rule) is False
+        with pytest.raises(CNIError) as ei:
+            del_rule(ipr, mine[0], missing_ok=False)
+        assert ei.value.code == 999 and "delete rule from 10.1.0.0/24" in ei.value.msg
+        assert rules(ipr) == stock
+        for kwargs in ({"src": "10.0.0.1", "dst": "fd00::/64"}, {}, {"src": "nope"}):
+            with pytest.raises(CNIError) as ei:
+                add_rule(ipr, 5, **kwargs)
+            assert ei.value.code == 7, kwargs
+        with pytest.raises(CNIError) as ei:
+            add_rule(ipr, 0, src="10.0.0.1")
+        assert ei.value.code == 7 and "table 0" in ei.value.msg
+
+
+def test_add_route_replace(make_ns, sock):
+    """``replace=True`` swaps the gateway of a route that exists (plain add
+    keeps it: False) and adds one that does not; any table."""
+    ns = make_ns()
+    with sock(ns) as ipr:
+        _add_test_link(ipr, "cnsk-d0")
+        link_up(ipr, "cnsk-d0")
+        add_address(ipr, "cnsk-d0", "10.1.0.5/24")
+        assert add_route(ipr, "10.9.0.0/16", gw="10.1.0.1", dev="cnsk-d0", table=100) is True
+        assert add_route(ipr, "10.9.0.0/16", gw="10.1.0.2", dev="cnsk-d0", table=100) is False
+        assert [str(r["gw"]) for r in routes(ipr, table=100)] == ["10.1.0.1"]
+        assert add_route(ipr, "10.9.0.0/16", gw="10.1.0.2", dev="cnsk-d0", table=100,
+                         replace=True) is True
+        assert add_route(ipr, "10.8.0.0/16", gw="10.1.0.2", dev="cnsk-d0", table=100,
+                         replace=True) is True
+        assert sorted((str(r["dst"]), str(r["gw"])) for r in routes(ipr, table=100)) == [
+            ("10.8.0.0/16", "10.1.0.2"), ("10.9.0.0/16", "10.1.0.2")]
+
+
 def test_delete_link_answers_once_the_link_is_unlisted(make_ns, sock, origin):
     """`delete_link` answers when the kernel has taken the link out of its
     namespace (both veth ends gone, the names free for the next ADD), while
@@ -578,6 +648,23 @@ def test_delete_link_answers_once_the_link_is_unlisted(make_ns, sock, origin):
         assert ei.value.code == 999 and "delete link lo" in ei.value.msg
         assert delete_link(pipr, "eth0") is False
         assert netlink.finishing_deletions() == 0 and threading.active_count() == before
+
+
+def test_delete_link_leaves_no_thread_listed(make_ns):
+    """After each `delete_link` (answered early, then `wait_deletions`) and
+    each one of a link already gone (its thread joined at once), the
+    kernel lists this process's one thread only: a joined thread stays
+    listed a moment longer, and the worker's serving process steps down
+    when it counts more than one."""
+    ns = make_ns()
+    with ns.rtnl() as ipr:
+        for i in range(60):
+            create_veth_pair(ipr, "cnskt0", "cnskt1")
+            assert delete_link(ipr, "cnskt0") is True
+            wait_deletions()
+            assert len(os.listdir("/proc/self/task")) == 1, i
+            assert delete_link(ipr, "cnskt0") is False
+            assert len(os.listdir("/proc/self/task")) == 1, i
 
 
 @pytest.mark.parametrize("fails", ["setns", "SIOCGSKNS"])

@@ -153,6 +153,20 @@ def test_what_a_call_changes_is_put_back(pool, what):
     assert "recycled" not in pool.worker.log()
 
 
+def test_link_deletions_never_cost_the_process(pool):
+    """Call after call that deletes a link (its kernel end finishing in a
+    thread after the answer) is served by the same process: the thread is
+    gone, as the kernel lists them, before the process counts its threads
+    (a joined thread is listed a moment longer; seen as "1 thread(s) left
+    running" recycles)."""
+    pid = pool.probe()["pid"]
+    for _ in range(25):
+        wait_idle(pid)
+        run, doc = pool.call(mode="pollute", pollute=["dellink"])
+        assert run.exit_code == 0 and doc["pid"] == pid, (run, pool.worker.log()[-2000:])
+    assert "recycled" not in pool.worker.log()
+
+
 @pytest.mark.parametrize("what", sorted(RECYCLED))
 def test_what_a_call_cannot_undo_ends_its_process(pool, what):
     clean = pool.probe()

@@ -65,8 +65,8 @@ class LinkState(NamedTuple):
 #: key -> value; keys are tuples whose first item says what they are:
 #: ("link", ns, name), ("addr", ns, ifname, cidr), ("nft", ns, kind, family,
 #: table, name), ("rule", ns, family, table, chain, rule JSON) -> count,
-#: ("elem", ns, family, table, set, element JSON), ("file", relative path),
-#: ("sysctl", ns, key).
+#: ("elem", ns, family, table, set, element JSON), ("iprule", ns, family,
+#: priority, selector, table), ("file", relative path), ("sysctl", ns, key).
 Snapshot = dict[tuple, Any]
 
 
@@ -88,6 +88,14 @@ def _links(ns: str, ipr: Any, out: Snapshot) -> None:
         if ip is None or ipaddress.ip_address(ip).is_link_local:
             continue
         out[("addr", ns, names.get(a["index"]), f"{ip}/{a['prefixlen']}")] = True
+    for r in ipr.get_rules():
+        selector = " ".join(f"{k} {v}" for k, v in (
+            ("from", r.get_attr("FRA_SRC") and f"{r.get_attr('FRA_SRC')}/{r['src_len']}"),
+            ("to", r.get_attr("FRA_DST") and f"{r.get_attr('FRA_DST')}/{r['dst_len']}"),
+            ("iif", r.get_attr("FRA_IIFNAME")), ("oif", r.get_attr("FRA_OIFNAME")),
+            ("fwmark", r.get_attr("FRA_FWMARK"))) if v)
+        out[("iprule", ns, r["family"], r.get_attr("FRA_PRIORITY") or 0, selector,
+             r.get_attr("FRA_TABLE") or r["table"])] = True
 
 
 def _scrub(obj: Any) -> Any:
@@ -257,6 +265,8 @@ def _show(key: tuple, value: Any) -> str:
         return f"nftables rule {key[1]}: {key[2]} {key[3]} chain {key[4]}: {key[5][:160]}"
     if what == "elem":
         return f"nftables element {key[1]}: {key[2]} {key[3]} set {key[4]}: {key[5][:160]}"
+    if what == "iprule":
+        return f"ip rule {key[1]}: {key[3]}: {key[4] or 'all'} lookup {key[5]}"
     if what == "file":
         return f"file {key[1]}"
     if what == "sysctl":

@@ -34,12 +34,15 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Union
 
 from cni_skel_plugins.bridge.config import BridgeConf
+from cni_skel_plugins.flannel import FlannelConf
 from cni_skel_plugins.host_device.config import HostDeviceConf
 from cni_skel_plugins.host_local.config import HostLocalConf, IPAMSettings
 from cni_skel_plugins.ipvlan import IPVlanConf
 from cni_skel_plugins.macvlan import MacvlanConf
 from cni_skel_plugins.portmap.config import PortMapConf
 from cni_skel_plugins.ptp import PtpConf
+from cni_skel_plugins.sbr import SbrConf
+from cni_skel_plugins.static.config import StaticConf
 from cni_skel_plugins.tuning.config import TuningConf
 from cni_skel_plugins.vlan import VlanConf
 from hypothesis import strategies as st
@@ -68,8 +71,8 @@ __all__ = [
     "token",
 ]
 
-PLUGINS = ("bridge", "host-device", "host-local", "loopback", "macvlan", "portmap", "ptp",
-           "tuning")
+PLUGINS = ("bridge", "flannel", "host-device", "host-local", "loopback", "macvlan", "portmap",
+           "ptp", "sbr", "static", "tuning")
 #: Plugins whose link kind some kernels lack, with the feature they need
 #: (tests/kernelvm.py): where the host has none, they are fuzzed in its VM.
 KERNEL_PLUGINS = {"ipvlan": "ipvlan", "vlan": "8021q", "dummy": "dummy"}
@@ -85,10 +88,12 @@ def token(name: str) -> str:
 #: Placeholders: POD (the pod's netns path), NOTNS (a regular file), BIN (the
 #: bin dir), DATA (host-local dataDir), TUNING (tuning dataDir), HOSTDEV
 #: (host-device's dataDir), RESOLV (a resolv.conf), CID (this example's
-#: container ID), PREV (the setup ADD's result, a JSON value).
+#: container ID), PREV (the setup ADD's result, a JSON value), SUBNET
+#: (flannel's subnet file), FLANNEL (flannel's dataDir).
 TOKENS = {name: token(name) for name in
-          ("POD", "NOTNS", "BIN", "DATA", "TUNING", "HOSTDEV", "RESOLV", "CID", "PREV")}
-POD, NOTNS, BIN, DATA, TUNING, HOSTDEV, RESOLV, CID, PREV = TOKENS.values()
+          ("POD", "NOTNS", "BIN", "DATA", "TUNING", "HOSTDEV", "RESOLV", "CID", "PREV",
+           "SUBNET", "FLANNEL")}
+POD, NOTNS, BIN, DATA, TUNING, HOSTDEV, RESOLV, CID, PREV, SUBNET, FLANNEL = TOKENS.values()
 #: A missing environment variable.
 MISSING = None
 
@@ -132,9 +137,14 @@ def sysctl_paths(ifnames: tuple[str, ...] = ("eth0", "lo")) -> list[str]:
 
 def prev_result(plugin: str, version: str = CURRENT_VERSION) -> Any:
     """A prevResult for a chained plugin (portmap: node link + pod interface
-    with the pod's addresses; tuning: the pod interface), built with the
-    result model and written in ``version``'s shape."""
-    if plugin == "portmap":
+    with the pod's addresses; tuning: the pod interface; sbr: the pod
+    interface with its addresses and gateway), built with the result model
+    and written in ``version``'s shape."""
+    if plugin == "sbr":
+        doc = {"interfaces": [{"name": "eth0", "sandbox": POD}],
+               "ips": [{"address": POD_IPS[0], "gateway": "10.99.0.1", "interface": 0},
+                       {"address": POD_IPS[1], "gateway": "fd00:99::1", "interface": 0}]}
+    elif plugin == "portmap":
         doc = {"interfaces": [{"name": PM_LINK}, {"name": "eth0", "sandbox": POD}],
                "ips": [{"address": POD_IPS[0], "gateway": "10.99.0.1", "interface": 1},
                        {"address": POD_IPS[1], "interface": 1}]}
@@ -152,11 +162,21 @@ def base_config(plugin: str, version: str = CURRENT_VERSION) -> dict:
         conf.update(bridge=BRIDGE, isGateway=True, ipMasq=True, macspoofchk=True, ipam=ipam)
     elif plugin == "host-local":
         conf["ipam"] = ipam
+    elif plugin == "static":
+        conf["ipam"] = {"type": "static",
+                        "addresses": [{"address": "10.66.0.9/24", "gateway": "10.66.0.1"},
+                                      {"address": "fd00:66::9/64"}],
+                        "routes": [{"dst": "0.0.0.0/0"}], "dns": {"nameservers": ["10.0.0.53"]}}
+    elif plugin == "flannel":
+        conf.update(subnetFile=SUBNET, dataDir=FLANNEL, delegate={"bridge": BRIDGE},
+                    ipam={"dataDir": DATA})
     elif plugin == "portmap":
         conf.update(capabilities={"portMappings": True},
                     runtimeConfig={"portMappings": [
                         {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]},
                     prevResult=prev_result(plugin, version))
+    elif plugin == "sbr":
+        conf["prevResult"] = prev_result(plugin, version)
     elif plugin == "tuning":
         conf.update(dataDir=TUNING, sysctl={"net.core.somaxconn": "1024"}, mtu=1400,
                     promisc=True, prevResult=prev_result(plugin, version))
@@ -341,11 +361,12 @@ def derived_prev_result(version: str) -> st.SearchStrategy[Any]:
 _CONF_MODEL = {"bridge": BridgeConf, "host-local": HostLocalConf, "loopback": NetConf,
                "portmap": PortMapConf, "tuning": TuningConf, "macvlan": MacvlanConf,
                "ptp": PtpConf, "host-device": HostDeviceConf, "ipvlan": IPVlanConf,
-               "vlan": VlanConf, "dummy": NetConf}
+               "vlan": VlanConf, "dummy": NetConf, "sbr": SbrConf, "static": StaticConf,
+               "flannel": FlannelConf}
 # Keys the base config sets (or the case adds) rather than the derivation.
 _BASE_KEYS = frozenset({"cniVersion", "name", "type", "bridge", "ipam", "prevResult", "dataDir",
                         "cni.dev/valid-attachments", "cni.dev/attachments", "master",
-                        "device"})
+                        "device", "subnetFile", "delegate"})
 
 
 @st.composite
@@ -362,7 +383,7 @@ def configs(draw: st.DrawFn, plugin: str, verb: str, version: str) -> dict:
         if draw(st.integers(0, 4)) == 0:
             conf["ipam"]["ranges"] = draw(from_model(IPAMSettings, optional=1.0).map(
                 lambda d: d.get("ranges", [])))
-    if plugin in ("portmap", "tuning", "loopback") and draw(st.integers(0, 5)) == 0:
+    if plugin in ("portmap", "tuning", "loopback", "sbr") and draw(st.integers(0, 5)) == 0:
         conf["prevResult"] = draw(derived_prev_result(version))
     if verb == "GC" or draw(st.integers(0, 9)) == 0:
         conf["cni.dev/valid-attachments"] = draw(st.lists(
@@ -510,7 +531,8 @@ def _cni_args(plugin: str) -> st.SearchStrategy[str]:
     extra = {"host-local": ["IP=10.66.0.77", "IgnoreUnknown=1;IP=fd00:66::77"],
              "bridge": ["MAC=0a:58:0a:42:00:0b", "IgnoreUnknown=1;MAC=02:42:ac:11:00:09"],
              "tuning": ["MAC=0a:58:0a:42:00:0c"],
-             "macvlan": ["MAC=0a:58:0a:42:00:0d", "IgnoreUnknown=1;MAC=0A-58-0A-42-00-0E"]
+             "macvlan": ["MAC=0a:58:0a:42:00:0d", "IgnoreUnknown=1;MAC=0A-58-0A-42-00-0E"],
+             "static": ["IP=10.66.0.77/24;GATEWAY=10.66.0.1", "IgnoreUnknown=1;IP=fd00:66::77/64"]
              }.get(plugin, [])
     return st.sampled_from(common + extra)
 

@@ -84,6 +84,8 @@ NODE_SYSCTLS = ["net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding",
                 *(f"net/ipv4/conf/{i}/route_localnet" for i in ("all", "lo", S.PM_LINK, S.BRIDGE))]
 POD_SYSCTLS = S.sysctl_paths()
 RESOLV_CONF = "nameserver 10.0.0.53\nsearch fz.local\noptions ndots:2\n"
+SUBNET_ENV = ("FLANNEL_NETWORK=10.66.0.0/16\nFLANNEL_SUBNET=10.66.0.1/24\nFLANNEL_MTU=1450\n"
+              "FLANNEL_IPMASQ=false\n")
 TRACEBACK = "Traceback (most recent call last)"
 
 
@@ -302,7 +304,9 @@ class Rig:
                 S.BIN: self.bin_dir, S.DATA: os.path.join(self.data, "ipam"),
                 S.TUNING: os.path.join(self.data, "tuning"),
                 S.HOSTDEV: os.path.join(self.data, "host-device"),
-                S.RESOLV: os.path.join(self.root, "resolv.conf"), S.CID: cid}
+                S.RESOLV: os.path.join(self.root, "resolv.conf"), S.CID: cid,
+                S.SUBNET: os.path.join(self.root, "subnet.env"),
+                S.FLANNEL: os.path.join(self.data, "flannel")}
 
     def start(self) -> None:
         self.started = time.monotonic()
@@ -311,6 +315,8 @@ class Rig:
             fp.write(RESOLV_CONF)
         with open(os.path.join(self.root, "not-a-netns"), "w") as fp:
             fp.write("a regular file\n")
+        with open(os.path.join(self.root, "subnet.env"), "w") as fp:
+            fp.write(SUBNET_ENV)
         self._fresh()
 
     def _fresh(self) -> None:
@@ -328,6 +334,8 @@ class Rig:
         with NetNS.open(self.pod.path) as ns, ns.iproute() as ipr:
             if self.plugin == "tuning":
                 _link(ipr, "eth0", ())
+            if self.plugin == "sbr":  # the interface an earlier plugin made
+                _link(ipr, "eth0", S.POD_IPS)
             if self.plugin == "loopback":
                 # lo keeps 127.0.0.1 once it has been up: as after a loopback ADD and DEL.
                 for state in ("up", "down"):
@@ -336,7 +344,8 @@ class Rig:
                                           [self.data], {"node": NODE_SYSCTLS, "pod": POD_SYSCTLS})
         # The network's lasting infrastructure (bridge, nftables layout) is
         # made by the first ADD; a node has it before the pods that matter.
-        for verb in ("ADD", "DEL") if self.plugin in ("bridge", "portmap", "ptp") else ():
+        for verb in ("ADD", "DEL") if self.plugin in ("bridge", "portmap", "ptp", "flannel") \
+                else ():
             call = self.call(self.valid_env(verb, "fzprime"), self.valid_stdin("fzprime"))
             devs = contract(call, verb, b"")
             if call.exit_code != 0 or devs:

@@ -1,0 +1,251 @@
+"""CNI meta plugin ``sbr``: source-based routing inside the pod.
+
+Chained after an interface plugin, for each of its addresses on
+CNI_IFNAME a rule ``from <address> lookup <table>`` sends the pod's
+traffic from that address through a table of its own, holding a default
+route via the address's gateway and the interface's routes, moved there
+from the main table (Go 1.1.1's sbr). With ``table`` set (Go >= 1.3) only
+the rules are added, to that table, and the routes stay where they are.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import ipaddress
+from typing import Any
+
+from pydantic import Field
+
+from cni_skel import CmdArgs, CNIError, NetConf, Plugin, Result, netlink
+from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG
+from cni_skel.netns import NetNS, open_netns
+from cni_skel.rollback import rollback
+from cni_skel.types import IPConfig, check_expressible
+
+__all__ = ["FIRST_TABLE", "Sbr", "SbrConf"]
+
+#: Go's first candidate table: the first one from here with no rule and no
+#: route in it is used, and the next free one for the next address.
+FIRST_TABLE = 100
+_UNICAST = 1  # RTN_UNICAST
+
+
+class SbrConf(NetConf):
+    """NetConf (cniVersion, name, prevResult, ...) plus ``table`` (Go >= 1.3:
+    the routing table the rules look up, 1..2^32-1; the routes are then left
+    alone). A bad value is code 7 naming it."""
+
+    table: int | None = Field(None, ge=1, le=2**32 - 1)
+
+
+def _ips_of(ifname: str, prev: Result) -> list[IPConfig]:
+    """prevResult's IPs on ``ifname`` (an IP without an interface index, or
+    with one out of range, counts as on it, as in Go's getIPCfgs)."""
+    if not prev.ips:
+        raise CNIError(ERR_INVALID_NETWORK_CONFIG,
+                       f"No IP addresses supplied on interface: {ifname}")
+    out = []
+    for ipc in prev.ips:
+        idx = ipc.interface
+        if idx is not None and 0 <= idx < len(prev.interfaces) \
+                and prev.interfaces[idx].name != ifname:
+            continue
+        out.append(ipc)
+    return out
+
+
+def _lock(pod: NetNS) -> None:
+    """flock the pod's namespace file, as Go's sbr does (its filemutex on
+    CNI_NETNS): two sbr calls on one pod, Go's or ours, never interleave.
+    Released when ``pod`` is closed."""
+    fcntl.flock(pod.fd, fcntl.LOCK_EX)
+
+
+def _free_table(used: set[int], candidate: int) -> int:
+    while candidate in used:
+        candidate += 1
+    return candidate
+
+
+def _host(ip: Any) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    return ipaddress.ip_network(ip)  # a single address: /32 or /128
+
+
+def _belongs(ipc: IPConfig, route: dict) -> bool:
+    """Go's test for moving a route into an address's table: its source or
+    gateway lies in the address's subnet, or it has neither (generic)."""
+    net = ipc.address.network
+    return any(a is not None and a.version == net.version and a in net
+               for a in (route["src"], route["gw"])) \
+        or (route["src"] is None and route["gw"] is None)
+
+
+def _copy_route(ipr: Any, link: netlink.Link, route: dict, table: int, *,
+                replace: bool = True) -> None:
+    netlink.add_route(ipr, route["dst"], gw=route["gw"], dev=link, mtu=route["mtu"],
+                      advmss=route["advmss"], priority=route["priority"] or None,
+                      table=table, scope=route["scope"], src=route["src"],
+                      proto=route["proto"], replace=replace)
+
+
+def _del_route(ipr: Any, link: netlink.Link, route: dict, table: int) -> None:
+    netlink.del_route(ipr, route["dst"], gw=route["gw"], dev=link,
+                      priority=route["priority"] or None, table=table)
+
+
+class Sbr(Plugin):
+    """sbr: ADD and DEL as Go's; CHECK looks for the rules (Go's passes
+    without looking); GC and STATUS succeed (nothing is kept outside the
+    pod's namespace)."""
+
+    name = "sbr"
+    config_model = SbrConf
+
+    def add(self, args: CmdArgs, conf: SbrConf) -> Result:
+        """Rules (and, without ``table``, per-address tables) for prevResult's
+        IPs on CNI_IFNAME. Any failure undoes what this ADD did.
+
+        Returns:
+            prevResult unchanged.
+
+        Raises:
+            CNIError: 7 without prevResult or with no IP in it; 999 when
+                CNI_IFNAME is missing in the pod or the kernel refuses.
+        """
+        prev = conf.prev_result
+        if prev is None:
+            raise CNIError(ERR_INVALID_NETWORK_CONFIG,
+                           "This plugin must be called as chained plugin")
+        check_expressible(conf.cni_version, prev)
+        ips = _ips_of(args.ifname, prev)
+        with NetNS.open(args.netns) as pod, pod.rtnl() as ipr, rollback(self.name) as undo:
+            _lock(pod)
+            if conf.table is not None:
+                for ipc in ips:
+                    self._rule(ipr, undo, ipc, conf.table)
+                return prev
+            link = netlink.find_link(ipr, args.ifname)
+            if link is None:
+                raise CNIError(ERR_INTERNAL,
+                               f"Cannot find network interface {args.ifname}: Link not found")
+            used = {r.table for r in netlink.rules(ipr)} \
+                | {r["table"] for r in netlink.routes(ipr, table=None)}
+            own = [r for r in netlink.routes(ipr) if r["oif"] == link.index]
+            table = _free_table(used, FIRST_TABLE)
+            for ipc in ips:
+                self._rule(ipr, undo, ipc, table)
+                if ipc.gateway is not None:
+                    default = "0.0.0.0/0" if ipc.address.version == 4 else "::/0"
+                    netlink.add_route(ipr, default, gw=ipc.gateway, dev=link, table=table)
+                    undo.callback(f"deleting table {table}'s default route",
+                                  netlink.del_route, ipr, default, dev=link, table=table)
+                for route in own:
+                    # Go copies every route of the link; only unicast ones can be re-added.
+                    if route["type"] == _UNICAST and _belongs(ipc, route):
+                        _copy_route(ipr, link, route, table)
+                        undo.callback(f"deleting {route['dst']} from table {table}",
+                                      _del_route, ipr, link, route, table)
+                used.add(table)
+                table = _free_table(used, table + 1)
+            # Deleted only once every table has its copies: two addresses of
+            # one subnet need the main table's routes for their gateways.
+            for route in own:
+                _del_route(ipr, link, route, netlink.RT_TABLE_MAIN)
+                undo.callback(f"putting {route['dst']} back in the main table",
+                              _copy_route, ipr, link, route, netlink.RT_TABLE_MAIN)
+        return prev
+
+    @staticmethod
+    def _rule(ipr: Any, undo: Any, ipc: IPConfig, table: int) -> None:
+        src = _host(ipc.address.ip)
+        netlink.add_rule(ipr, table, src=src)
+        undo.callback(f"deleting the rule from {src}", _del_rules, ipr, src, table)
+
+    def delete(self, args: CmdArgs, conf: SbrConf) -> None:
+        """Remove the rules whose source is an address of CNI_IFNAME (only
+        those looking up ``table`` when it is set); without ``table``, the
+        routes through CNI_IFNAME in the tables those rules looked up go
+        back to the main table (what ADD moved; Go's DEL leaves them in the
+        tables and the main table without them). Succeeds when the namespace
+        or the interface is gone (nothing left to tidy).
+
+        Raises:
+            CNIError: 999 naming the last rule or route the kernel would not
+                delete or put back.
+        """
+        pod = open_netns(args.netns, missing_ok=True)
+        if pod is None:
+            return
+        with pod, pod.rtnl() as ipr:
+            _lock(pod)
+            link = netlink.find_link(ipr, args.ifname)
+            if link is None:
+                return
+            mine = {a.ip for a in netlink.addresses(ipr, link)}
+            failed: CNIError | None = None
+            tables = set()
+            for rule in netlink.rules(ipr, table=conf.table):
+                if rule.src is not None and rule.src.network_address in mine:
+                    try:
+                        netlink.del_rule(ipr, rule)
+                        tables.add(rule.table)
+                    except CNIError as exc:  # as Go: go on, answer the last failure
+                        failed = exc
+            if conf.table is None:
+                failed = _move_back(ipr, link, tables) or failed
+            if failed is not None:
+                raise failed
+
+    def check(self, args: CmdArgs, conf: SbrConf) -> None:
+        """Each of prevResult's IPs on CNI_IFNAME has its rule (into
+        ``table`` when set) and, without ``table``, a rule's table with a
+        gateway holds the default route. Go's CHECK passes without looking.
+
+        Raises:
+            CNIError: 7 without prevResult; 999 naming the missing rule or
+                route.
+        """
+        prev = conf.prev_result
+        if prev is None:
+            raise CNIError(ERR_INVALID_NETWORK_CONFIG, "sbr: Required prevResult missing")
+        with NetNS.open(args.netns) as pod, pod.rtnl() as ipr:
+            rules = netlink.rules(ipr, table=conf.table)
+            for ipc in _ips_of(args.ifname, prev):
+                src = _host(ipc.address.ip)
+                tables = [r.table for r in rules if r.src == src]
+                if not tables:
+                    raise CNIError(ERR_INTERNAL, f"sbr: no rule from {src.network_address}"
+                                                 + (f" into table {conf.table}" if conf.table
+                                                    else ""))
+                if conf.table is None and ipc.gateway is not None and not any(
+                        r["dst"].prefixlen == 0 and r["gw"] == ipc.gateway
+                        for t in tables for r in netlink.routes(ipr, table=t)):
+                    raise CNIError(ERR_INTERNAL, f"sbr: table {tables[0]} has no default "
+                                                 f"route via {ipc.gateway}")
+
+
+def _move_back(ipr: Any, link: netlink.Link, tables: set[int]) -> CNIError | None:
+    """Routes through ``link`` in ``tables`` go back to the main table,
+    where a route of the same destination and metric does not keep them
+    out (ADD's default route via the gateway included: the pod's own
+    default route through another interface stays the one); the last
+    failure, if any."""
+    failed = None
+    for table in sorted(tables - {netlink.RT_TABLE_MAIN, netlink.RT_TABLE_LOCAL}):
+        # on-link routes first: they make the gateways reachable
+        for route in sorted(netlink.routes(ipr, table=table), key=lambda r: r["gw"] is not None):
+            if route["oif"] != link.index:
+                continue
+            try:
+                if route["type"] == _UNICAST:
+                    _copy_route(ipr, link, route, netlink.RT_TABLE_MAIN, replace=False)
+                _del_route(ipr, link, route, table)
+            except CNIError as exc:
+                failed = exc
+    return failed
+
+
+def _del_rules(ipr: Any, src: Any, table: int) -> None:
+    for rule in netlink.rules(ipr, table=table):
+        if rule.src == src:
+            netlink.del_rule(ipr, rule)
