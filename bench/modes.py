@@ -31,6 +31,7 @@ from cni_skel.harness import SocketActivation
 from cni_skel.warm.client import ping
 from cni_skel.warm.install import plugin_registry, write_executable
 
+from .chained import PLUGINS as CHAINED_PLUGINS
 from .interfaces import PLUGINS as IFACE_PLUGINS
 
 GO_BIN = "/usr/lib/cni"
@@ -168,7 +169,8 @@ class OneShotMode(Mode):
         # (A cni_skel without launchers writes plain scripts: its default install.)
         if "worker_socket" in inspect.signature(write_executable).parameters:
             kw["worker_socket"] = self.worker_socket(work_dir)  # None: plain one-shot script
-        for name in (*PLUGINS, *IFACE_PLUGINS):
+        chained = [p for p in CHAINED_PLUGINS if p in self.refs]  # bench.chained says which not
+        for name in (*PLUGINS, *IFACE_PLUGINS, *chained):
             write_executable(self.bin_dir, name, self.refs[name], force=True, **kw)
 
     def worker_socket(self, work_dir: str) -> str | None:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from cni_skel.harness import create_netns, remove_netns
 from cni_skel.warm.install import python_argv
 
-from . import interfaces
+from . import chained, interfaces
 from .modes import MODES, PLUGINS, Mode, ModeUnavailable
 from .stats import (
     MiB,
@@ -743,6 +743,7 @@ class Bench:
         self.version()
         self.lifecycle()
         interfaces.run(self)
+        chained.run(self)
         self.idle_memory("after the lifecycle")
         self.churn()
         self.chain_churn()
@@ -928,6 +929,7 @@ class Bench:
               "pydantic model classes built at import count as ours).")
 
         interfaces.report(self, w)
+        chained.report(self, w)
 
         budgets = self.budgets(chains)
         w("\n## Budgets\n")
@@ -1166,6 +1168,7 @@ class Bench:
         b: list[tuple[str, str, bool | None]] = self.default_budgets(chains)
         b += self.issue20_budgets(chains)
         b += interfaces.budgets(self)
+        b += chained.budgets(self)
         vw = {p: med(self.sel("version", "oneshot", p)) for p in PLUGINS}
         vr = {p: med(self.sel("version", "oneshot", p, key="rss")) for p in PLUGINS}
         worst = max(vw, key=lambda p: vw[p] or 0)

@@ -130,6 +130,21 @@ def test_delegates_to_go_bridge(flannel, node_pod, tmp_path):
     assert link_of(pod, "eth0") is None and allocated(tmp_path / "ipam", NET) == []
 
 
+def test_del_without_netns_keeps_the_saved_config(flannel, node_pod, tmp_path):
+    """A DEL with no CNI_NETNS (the delegate cannot reach the pod's end)
+    succeeds and keeps the saved config; the DEL naming the namespace then
+    removes the veth and the file."""
+    node, pod = node_pod
+    conf = setup(tmp_path)
+    call(flannel, "ADD", conf, node, pod)
+    assert call(flannel, "DEL", conf, node, None) is None
+    assert (tmp_path / "flannel" / "c1").exists()
+    assert allocated(tmp_path / "ipam", NET) == []
+    call(flannel, "DEL", conf, node, pod)
+    assert link_of(pod, "eth0") is None and not (tmp_path / "flannel" / "c1").exists()
+    assert links_of(node, "veth") == []
+
+
 def test_del_uses_the_saved_config(flannel, node_pod, tmp_path):
     """The subnet file gone (flannel restarted) and the config changed: DEL
     still runs the delegate with what ADD saved. A config saved by Go's
@@ -152,8 +167,9 @@ def test_del_uses_the_saved_config(flannel, node_pod, tmp_path):
 
 def test_gc_and_status(flannel, netns_factory, tmp_path):
     """1.1.0: STATUS passes (the delegate's), and is 50 without the subnet
-    file; GC keeps the valid attachment's saved config and address and drops
-    the other's (host-local releases it through bridge's GC)."""
+    file; GC releases the address of the attachment not in the valid list
+    (host-local, through bridge's GC) and keeps both saved configs: the DEL
+    the runtime sends for it still removes its veth."""
     node = netns_factory("cnsk-node")
     pods = [netns_factory("cnsk-pod"), netns_factory("cnsk-pod")]
     conf = setup(tmp_path, version="1.1.0")
@@ -163,13 +179,15 @@ def test_gc_and_status(flannel, netns_factory, tmp_path):
     assert call(flannel, "STATUS", conf, node, None, cid="", ifname="") is None
     gc = dict(conf, **{"cni.dev/valid-attachments": [{"containerID": "c0", "ifname": "eth0"}]})
     assert call(flannel, "GC", gc, node, None, cid="", ifname="") is None
-    assert sorted(os.listdir(tmp_path / "flannel")) == ["c0"]
+    assert sorted(os.listdir(tmp_path / "flannel")) == ["c0", "c1"]
     assert allocated(tmp_path / "ipam", NET) == ["10.244.1.2"]
     os.unlink(tmp_path / "subnet.env")
     run = call_raw(flannel, "STATUS", conf, node, None, cid="", ifname="")
     assert run.exit_code == 1 and run.doc["code"] == 50, run.doc
     for i, pod in enumerate(pods):
         call(flannel, "DEL", conf, node, pod, cid=f"c{i}")
+        assert link_of(pod, "eth0") is None
+    assert os.listdir(tmp_path / "flannel") == [] and links_of(node, "veth") == []
 
 
 # --- bad input -------------------------------------------------------------

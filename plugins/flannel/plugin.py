@@ -11,7 +11,6 @@ file, the same JSON).
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import json
 from dataclasses import dataclass
@@ -213,9 +212,8 @@ def _io(what: str, exc: OSError) -> CNIError:
 class Flannel(Plugin):
     """flannel: ADD, DEL as flannel-io's; CHECK passes the saved delegate
     config and prevResult to the delegate (flannel-io's passes without
-    looking); GC runs the delegate's GC and drops saved configs of
-    attachments not in the valid list; STATUS is the delegate's (50 while
-    the subnet file is missing)."""
+    looking); GC runs the delegate's GC; STATUS is the delegate's (50
+    while the subnet file is missing)."""
 
     name = "flannel"
     config_model = FlannelConf
@@ -251,8 +249,11 @@ class Flannel(Plugin):
 
     def delete(self, args: CmdArgs, conf: FlannelConf) -> None:
         """Run the delegate's DEL with the config saved by ADD, then remove
-        it. No saved config: nothing to do (success); one that is not JSON
-        is left in place and DEL succeeds (flannel-io's behaviour).
+        it, unless CNI_NETNS is empty: the delegate could not reach the
+        pod's end then, and a later DEL naming the namespace needs the
+        config (flannel-io removes it). No saved config: nothing to do
+        (success); one that is not JSON is left in place and DEL succeeds
+        (flannel-io's behaviour).
 
         Raises:
             CNIError: 5 when the saved config cannot be read; the
@@ -270,7 +271,8 @@ class Flannel(Plugin):
             if not isinstance(kind, str) or not kind:
                 return
             delegate_del(kind, data, args)
-            store.unlink(args.container_id)
+            if args.netns:
+                store.unlink(args.container_id)
 
     def check(self, args: CmdArgs, conf: FlannelConf) -> None:
         """The delegate's CHECK with the saved config and this config's
@@ -295,43 +297,24 @@ class Flannel(Plugin):
         delegate_check(delegate["type"], _encode(delegate), args)
 
     def gc(self, args: CmdArgs, conf: FlannelConf) -> None:
-        """The delegate's GC (its config built from the subnet file as ADD
-        would, with this config's valid attachments), then the saved
-        configs of containers with no valid attachment go. Without a subnet
-        file only the saved configs are collected.
+        """The delegate's GC, its config built from the subnet file as ADD
+        would, with this config's valid attachments (host-local releases the
+        addresses of the others). Saved configs stay: the DEL a runtime still
+        sends for such an attachment needs its own to remove the pod's link.
+        Without a subnet file there is nothing to pass GC on to: success.
 
         Raises:
-            CNIError: the delegate's error; 5 when dataDir cannot be read.
+            CNIError: the delegate's error.
         """
-        valid = {a.container_id for a in conf.valid_attachments or []}
-        with contextlib.suppress(CNIError):  # no subnet file: no network to collect in
+        try:
             env = load_subnet_env(conf.subnet_file)
-            delegate = delegate_config(conf, env)
-            delegate["cni.dev/valid-attachments"] = [
-                {"containerID": a.container_id, "ifname": a.ifname}
-                for a in conf.valid_attachments or []]
-            delegate_gc(delegate["type"], _encode(delegate), args)
-        try:
-            store = StateDir.open(conf.data_dir)
-        except FileNotFoundError:
+        except CNIError:
             return
-        except OSError as exc:
-            raise _io(f"cannot open dataDir {conf.data_dir}", exc) from None
-        with store:
-            for name in store.names():
-                if name not in valid and not name.startswith("."):
-                    self._collect(store, name, conf.name)
-
-    @staticmethod
-    def _collect(store: StateDir, name: str, network: str) -> None:
-        """Drop a saved config of this network (another network's files in a
-        shared dataDir are its own GC's)."""
-        try:
-            doc = json.loads(store.read(name))
-        except (OSError, ValueError):
-            return
-        if isinstance(doc, dict) and doc.get("name") == network:
-            store.unlink(name)
+        delegate = delegate_config(conf, env)
+        delegate["cni.dev/valid-attachments"] = [
+            {"containerID": a.container_id, "ifname": a.ifname}
+            for a in conf.valid_attachments or []]
+        delegate_gc(delegate["type"], _encode(delegate), args)
 
     def status(self, args: CmdArgs, conf: FlannelConf) -> None:
         """The delegate's STATUS with the config ADD would build.
