@@ -113,7 +113,7 @@ PUBLIC = (*_EXPORTS, "Rollback", "rollback")
 PUBLIC_MODULES = (
     "announce", "args", "cli", "config", "conntrack", "env", "errors", "gorules", "harness",
     "invoke", "ipam", "masq", "model", "netlink", "netns", "nft", "rollback", "rtnl", "runtime",
-    "skel", "state", "sysctl", "tags", "testing", "types", "version", "veth",
+    "skel", "state", "sysctl", "tags", "tc", "testing", "types", "version", "veth",
 )
 
 

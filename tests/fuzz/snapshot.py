@@ -18,7 +18,8 @@ chain; the tables themselves and their *elements* always count: a node has
 the tables from its first pod on), host-local's bookkeeping files (``lock``,
 ``last_reserved_ip.N``, the ``.cni-skel-index`` cache), and forwarding /
 ``route_localnet`` switched on in the node namespace (Go never switches them
-back).
+back), and the l3mdev rules the kernel adds with a namespace's first VRF (it
+never adds them again there: they stay).
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def _links(ns: str, ipr: Any, out: Snapshot) -> None:
             ("from", r.get_attr("FRA_SRC") and f"{r.get_attr('FRA_SRC')}/{r['src_len']}"),
             ("to", r.get_attr("FRA_DST") and f"{r.get_attr('FRA_DST')}/{r['dst_len']}"),
             ("iif", r.get_attr("FRA_IIFNAME")), ("oif", r.get_attr("FRA_OIFNAME")),
-            ("fwmark", r.get_attr("FRA_FWMARK"))) if v)
+            ("fwmark", r.get_attr("FRA_FWMARK")), ("l3mdev", r.get_attr("FRA_L3MDEV"))) if v)
         out[("iprule", ns, r["family"], r.get_attr("FRA_PRIORITY") or 0, selector,
              r.get_attr("FRA_TABLE") or r["table"])] = True
 
@@ -244,6 +245,8 @@ def is_infra(key: tuple, old: Any, new: Any, before: Snapshot, after: Snapshot) 
         return key[2] != "table" and (key[3], key[4]) in INFRA_TABLES
     if what == "rule":
         return (key[2], key[3]) in INFRA_TABLES
+    if what == "iprule":  # the kernel's l3mdev rules, added with a namespace's first VRF
+        return key[4] == "l3mdev 1"
     if what == "file":
         parts = key[1].split(os.sep)
         return parts[-1] == "lock" or parts[-1].startswith("last_reserved_ip.") \

@@ -33,6 +33,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Union
 
+from cni_skel_plugins.bandwidth import BandwidthConf
 from cni_skel_plugins.bridge.config import BridgeConf
 from cni_skel_plugins.flannel import FlannelConf
 from cni_skel_plugins.host_device.config import HostDeviceConf
@@ -45,6 +46,7 @@ from cni_skel_plugins.sbr import SbrConf
 from cni_skel_plugins.static.config import StaticConf
 from cni_skel_plugins.tuning.config import TuningConf
 from cni_skel_plugins.vlan import VlanConf
+from cni_skel_plugins.vrf import VrfConf
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
@@ -71,11 +73,11 @@ __all__ = [
     "token",
 ]
 
-PLUGINS = ("bridge", "flannel", "host-device", "host-local", "loopback", "macvlan", "portmap",
-           "ptp", "sbr", "static", "tuning")
+PLUGINS = ("bandwidth", "bridge", "flannel", "host-device", "host-local", "loopback", "macvlan",
+           "portmap", "ptp", "sbr", "static", "tuning")
 #: Plugins whose link kind some kernels lack, with the feature they need
 #: (tests/kernelvm.py): where the host has none, they are fuzzed in its VM.
-KERNEL_PLUGINS = {"ipvlan": "ipvlan", "vlan": "8021q", "dummy": "dummy"}
+KERNEL_PLUGINS = {"ipvlan": "ipvlan", "vlan": "8021q", "dummy": "dummy", "vrf": "vrf"}
 VERBS = ("ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION")
 CNI_VARS = ("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS", "CNI_PATH")
 
@@ -102,6 +104,7 @@ BRIDGE = "cnskfz0"
 PM_LINK = "cnskfzpm0"  # the node link portmap's prevResult names
 UPLINK = "cnskfzup0"  # macvlan's, ipvlan's and vlan's master on the node
 DEVICE = "cnskfzhd0"  # the node link host-device moves into the pod
+BW_HOST = "cnskfzbw0"  # the node end of the pod's veth bandwidth shapes
 PM_NODE = ("10.99.0.1/24", "fd00:99::1/64")
 POD_IPS = ("10.99.0.5/24", "fd00:99::5/64")
 RANGES = [[{"subnet": "10.66.0.0/24"}], [{"subnet": "fd00:66::/64"}]]
@@ -140,7 +143,10 @@ def prev_result(plugin: str, version: str = CURRENT_VERSION) -> Any:
     with the pod's addresses; tuning: the pod interface; sbr: the pod
     interface with its addresses and gateway), built with the result model
     and written in ``version``'s shape."""
-    if plugin == "sbr":
+    if plugin == "bandwidth":
+        doc = {"interfaces": [{"name": BW_HOST}, {"name": "eth0", "sandbox": POD}],
+               "ips": [{"address": POD_IPS[0], "interface": 1}]}
+    elif plugin in ("sbr", "vrf"):
         doc = {"interfaces": [{"name": "eth0", "sandbox": POD}],
                "ips": [{"address": POD_IPS[0], "gateway": "10.99.0.1", "interface": 0},
                        {"address": POD_IPS[1], "gateway": "fd00:99::1", "interface": 0}]}
@@ -177,6 +183,11 @@ def base_config(plugin: str, version: str = CURRENT_VERSION) -> dict:
                     prevResult=prev_result(plugin, version))
     elif plugin == "sbr":
         conf["prevResult"] = prev_result(plugin, version)
+    elif plugin == "vrf":
+        conf.update(vrfname="cnskfzvrf", prevResult=prev_result(plugin, version))
+    elif plugin == "bandwidth":
+        conf.update(ingressRate=8_000_000, ingressBurst=800_000, egressRate=8_000_000,
+                    egressBurst=800_000, prevResult=prev_result(plugin, version))
     elif plugin == "tuning":
         conf.update(dataDir=TUNING, sysctl={"net.core.somaxconn": "1024"}, mtu=1400,
                     promisc=True, prevResult=prev_result(plugin, version))
@@ -362,7 +373,7 @@ _CONF_MODEL = {"bridge": BridgeConf, "host-local": HostLocalConf, "loopback": Ne
                "portmap": PortMapConf, "tuning": TuningConf, "macvlan": MacvlanConf,
                "ptp": PtpConf, "host-device": HostDeviceConf, "ipvlan": IPVlanConf,
                "vlan": VlanConf, "dummy": NetConf, "sbr": SbrConf, "static": StaticConf,
-               "flannel": FlannelConf}
+               "flannel": FlannelConf, "bandwidth": BandwidthConf, "vrf": VrfConf}
 # Keys the base config sets (or the case adds) rather than the derivation.
 _BASE_KEYS = frozenset({"cniVersion", "name", "type", "bridge", "ipam", "prevResult", "dataDir",
                         "cni.dev/valid-attachments", "cni.dev/attachments", "master",
@@ -383,7 +394,8 @@ def configs(draw: st.DrawFn, plugin: str, verb: str, version: str) -> dict:
         if draw(st.integers(0, 4)) == 0:
             conf["ipam"]["ranges"] = draw(from_model(IPAMSettings, optional=1.0).map(
                 lambda d: d.get("ranges", [])))
-    if plugin in ("portmap", "tuning", "loopback", "sbr") and draw(st.integers(0, 5)) == 0:
+    chained = ("portmap", "tuning", "loopback", "sbr", "bandwidth", "vrf")
+    if plugin in chained and draw(st.integers(0, 5)) == 0:
         conf["prevResult"] = draw(derived_prev_result(version))
     if verb == "GC" or draw(st.integers(0, 9)) == 0:
         conf["cni.dev/valid-attachments"] = draw(st.lists(

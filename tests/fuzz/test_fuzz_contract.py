@@ -35,7 +35,7 @@ plugin x verb x mode test functions (default `DEFAULT_PER_TEST` each, a
 bounded CI slice); derandomized unless ``CNI_SKEL_FUZZ_SEED`` is set or more
 than the default is asked for (the seed used is then in the summary).
 
-ipvlan, vlan and dummy (`strategies.KERNEL_PLUGINS`) have a test function of
+ipvlan, vlan, dummy and vrf (`strategies.KERNEL_PLUGINS`) have a test function of
 their own, marked with the kernel feature each needs: on a host whose kernel
 lacks it, the suite's kernel VM runs it, warm only and at most
 `VM_MAX_PER_TEST` inputs per function (tests/kernelvm.py).
@@ -61,6 +61,7 @@ from conftest import MODES
 from hypothesis import HealthCheck, Phase, given, settings
 from kernelvm import IN_VM_ENV
 
+from cni_skel import netlink
 from cni_skel.harness import TestNetNS, create_netns, remove_netns
 from cni_skel.netns import NetNS
 from cni_skel.types import parse_result
@@ -334,8 +335,13 @@ class Rig:
         with NetNS.open(self.pod.path) as ns, ns.iproute() as ipr:
             if self.plugin == "tuning":
                 _link(ipr, "eth0", ())
-            if self.plugin == "sbr":  # the interface an earlier plugin made
+            if self.plugin in ("sbr", "vrf"):  # the interface an earlier plugin made
                 _link(ipr, "eth0", S.POD_IPS)
+        if self.plugin == "bandwidth":  # a pod's veth: its node end is shaped
+            with NetNS.open(self.node.path) as ns, ns.rtnl() as ipr, \
+                    NetNS.open(self.pod.path) as pod:
+                netlink.create_veth_pair(ipr, S.BW_HOST, "eth0", peer_netns=pod)
+                netlink.link_up(ipr, S.BW_HOST)
             if self.plugin == "loopback":
                 # lo keeps 127.0.0.1 once it has been up: as after a loopback ADD and DEL.
                 for state in ("up", "down"):
@@ -573,7 +579,7 @@ def test_contract_holds_under_fuzzed_input(plugin: str, verb: str, cni_bin: str,
 def test_contract_holds_for_kernel_link_kinds(plugin: str, verb: str, cni_bin: str,
                                               cni_mode: str, request: pytest.FixtureRequest,
                                               tmp_path: Any, fuzz_totals: Any) -> None:
-    """ipvlan, vlan and dummy as the others; inside the kernel VM at most
+    """ipvlan, vlan, dummy and vrf as the others; inside the kernel VM at most
     `VM_MAX_PER_TEST` inputs each, whatever the run's budget."""
     per_test, seed = budget()
     if os.environ.get(IN_VM_ENV) == "1":
