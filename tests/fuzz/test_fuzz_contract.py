@@ -337,15 +337,15 @@ class Rig:
                 _link(ipr, "eth0", ())
             if self.plugin in ("sbr", "vrf"):  # the interface an earlier plugin made
                 _link(ipr, "eth0", S.POD_IPS)
+            if self.plugin == "loopback":
+                # lo keeps 127.0.0.1 once it has been up: as after a loopback ADD and DEL.
+                for state in ("up", "down"):
+                    ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state=state)
         if self.plugin == "bandwidth":  # a pod's veth: its node end is shaped
             with NetNS.open(self.node.path) as ns, ns.rtnl() as ipr, \
                     NetNS.open(self.pod.path) as pod:
                 netlink.create_veth_pair(ipr, S.BW_HOST, "eth0", peer_netns=pod)
                 netlink.link_up(ipr, S.BW_HOST)
-            if self.plugin == "loopback":
-                # lo keeps 127.0.0.1 once it has been up: as after a loopback ADD and DEL.
-                for state in ("up", "down"):
-                    ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state=state)
         self.observer = snapshot.Observer({"node": self.node.path, "pod": self.pod.path},
                                           [self.data], {"node": NODE_SYSCTLS, "pod": POD_SYSCTLS})
         # The network's lasting infrastructure (bridge, nftables layout) is
