@@ -436,13 +436,16 @@ def attachment_file_name(container_id: str, ifname: str) -> str:
     return f"_{hashlib.sha256(container_id.encode()).hexdigest()}_{ifname}.json"
 
 
-def collect_attachment_files(directory: StateDir, network: str,
+def collect_attachment_files(directory: StateDir | str, network: str,
                              keep: Collection[tuple[str, str]],
                              owner: Callable[[bytes], tuple[str, str, str] | None], *,
                              release: Callable[[bytes], bool] | None = None) -> list[str]:
     """GC of a directory of `attachment_file_name` files: remove those of
     ``network`` whose ``(containerID, ifname)`` is not in ``keep``, then
     killed writers' temp files (`StateDir.remove_stale_temps`).
+
+    ``directory``: an open `StateDir`, or the configured path of one
+    (opened and closed here; a missing directory has nothing to collect).
 
     ``owner(content)``: ``(network, containerID, ifname)`` a file records,
     None when it records none (damaged, or another program's): such files,
@@ -456,6 +459,15 @@ def collect_attachment_files(directory: StateDir, network: str,
         the problems met, ``"<path>: <reason>"`` (unreadable files, symlinks
         among them); the rest goes on.
     """
+    if isinstance(directory, str):
+        try:
+            opened = StateDir.open(directory)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            return [f"{directory}: {exc.strerror or exc}"]
+        with opened:
+            return collect_attachment_files(opened, network, keep, owner, release=release)
     problems: list[str] = []
     try:
         names = sorted(directory.names())

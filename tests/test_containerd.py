@@ -85,7 +85,8 @@ class Node:
     """Everything one test needs: node + client namespaces, our plugins
     installed, the conflist, containerd started with the image imported."""
 
-    def __init__(self, d: str, mode: str, worker_socket: str) -> None:
+    def __init__(self, d: str, mode: str, worker_socket: str,
+                 conflists: dict[str, dict] | None = None) -> None:
         self.d = d
         self.trace = os.path.join(d, "trace.jsonl")
         self.conf_dir = os.path.join(d, "net.d")
@@ -96,10 +97,11 @@ class Node:
         subprocess.run([CLI, "install", "--no-systemd", "--bin-dir", self.bin_dir,
                         "--worker-socket", worker_socket], check=True, capture_output=True,
                        timeout=60)
-        with open(os.path.join(self.conf_dir, "10-e2e.conflist"), "w") as f:
-            json.dump(conflist(d), f)
-        with open(os.path.join(self.conf_dir, "20-lan.conflist"), "w") as f:
-            json.dump(lan_conflist(d), f)
+        if conflists is None:
+            conflists = {"10-e2e.conflist": conflist(d), "20-lan.conflist": lan_conflist(d)}
+        for name, doc in conflists.items():
+            with open(os.path.join(self.conf_dir, name), "w") as f:
+                json.dump(doc, f)
         self.mode = mode
         self.pods: list[Pod] = []
         self.node_ns = create_netns("cnsk-ctd")
@@ -147,9 +149,12 @@ class Node:
         return []
 
 
-@pytest.fixture
-def node(tmp_path, cni_mode, cni_worker_socket):
-    n = Node(str(tmp_path), cni_mode, cni_worker_socket)
+@contextlib.contextmanager
+def running_node(tmp_path, mode: str, worker_socket: str,
+                 conflists: dict[str, dict] | None = None):
+    """A started `Node` (its conflists: ours above unless given), and at
+    exit the checks that nothing of it is left: processes, mounts, cgroups."""
+    n = Node(str(tmp_path), mode, worker_socket, conflists)
     try:
         n.ctd.start()
         n.ctd.import_image(n.image)
@@ -167,6 +172,12 @@ def node(tmp_path, cni_mode, cni_worker_socket):
         assert not [m for m in _mounts() if str(tmp_path) in m], "mounts left behind"
         assert not n.ctd.remove_cgroups(), "cgroups left behind"
         assert leftovers == [], f"shims/containers still running at teardown: {leftovers}"
+
+
+@pytest.fixture
+def node(tmp_path, cni_mode, cni_worker_socket):
+    with running_node(tmp_path, cni_mode, cni_worker_socket) as n:
+        yield n
 
 
 def _mounts() -> list[str]:
@@ -191,13 +202,15 @@ def http_get(ns_path: str, ip: str, port: int, timeout: float = 5.0) -> str:
 
 
 class Pod:
-    def __init__(self, node: Node, name: str, host_port: int) -> None:
+    def __init__(self, node: Node, name: str, host_port: int,
+                 annotations: dict[str, str] | None = None) -> None:
         ctd, pb = node.ctd, node.ctd.pb
         self.name, self.node, self.host_port = name, node, host_port
         self.removed, self.web = False, ""
         self.config = pb.PodSandboxConfig(
             metadata=pb.PodSandboxMetadata(name=name, uid=f"uid-{name}", namespace="e2e"),
             hostname=name, log_directory=os.path.join(node.d, "logs", name),
+            annotations=annotations or {},
             port_mappings=[pb.PortMapping(protocol=pb.TCP, container_port=8080,
                                           host_port=host_port)],
             linux=pb.LinuxPodSandboxConfig(cgroup_parent=ctd.cgroup_parent))

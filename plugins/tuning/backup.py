@@ -174,14 +174,7 @@ def collect(data_dir: str, network: str, valid: set[tuple[str, str]]) -> list[st
     no one). Returns the problems met ("<path>: <reason>"; the rest goes
     on): unreadable files, symlinks among them
     (`cni_skel.state.collect_attachment_files`)."""
-    try:
-        d = StateDir.open(data_dir)
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        return [f"{data_dir}: {exc.strerror or exc}"]
-    with d:
-        return collect_attachment_files(d, network, valid, _owner)
+    return collect_attachment_files(data_dir, network, valid, _owner)
 
 
 def _owner(raw: bytes) -> tuple[str, str, str] | None:

@@ -1,0 +1,110 @@
+"""iptables and ip6tables, for plugins that must write into the node's
+iptables filter (a FORWARD policy of DROP can only be overridden there).
+
+Rules go in through the node's own ``iptables``/``ip6tables`` commands,
+whichever variant the node's alternatives pick (iptables-nft writes the
+``ip filter`` nftables table, iptables-legacy the x_tables), so the node's
+other users (Docker, kube-proxy, firewalld) keep reading them with their
+own tools: libnftables could write native expressions there, but
+iptables-nft can not list a table that holds rules it does not know.
+Nothing parses the commands' output: a question is an exit status
+(``-C``, ``-S <chain>``). Each call waits for the xtables lock (``-w``).
+
+Rules are argv lists after the chain, as Go's go-iptables takes them
+(``["-s", "10.1.0.5/32", "-j", "ACCEPT"]``).
+
+Source: coreos/go-iptables as used by containernetworking/plugins 1.1.1
+(``Exists``, ``Insert``, ``AppendUnique``, ``Delete``, ``utils.EnsureChain``,
+``utils.InsertUnique``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Sequence
+
+from .errors import ERR_INTERNAL, CNIError
+
+__all__ = ["IPTables"]
+
+_TOOLS = {4: "iptables", 6: "ip6tables"}
+_NO = (1,)  # iptables' exit status for "no such rule / chain"
+# -C also exits 2 (a parameter problem) when the rule's jump target does not
+# exist: for a question that is "no"; a rule that is really malformed fails
+# loudly when it is then inserted.
+_NO_RULE = (1, 2)
+
+
+class IPTables:
+    """One IP version's iptables command (``version`` 4 or 6), acting on
+    ``table`` (``filter`` unless named) of the calling process's network
+    namespace. ``wait``: seconds to wait for the xtables lock;
+    ``timeout``: seconds a command may take before it is killed.
+
+    Every method raises `CNIError` 999 naming the command and its stderr
+    when the command is missing, times out or fails for another reason
+    than the rule or chain being absent.
+    """
+
+    def __init__(self, version: int, *, table: str = "filter", wait: int = 10,
+                 timeout: float = 30.0) -> None:
+        self.version = version
+        self.tool = _TOOLS[version]
+        self.table = table
+        self.wait = wait
+        self.timeout = timeout
+
+    def _run(self, args: Sequence[str], *, absent: tuple[int, ...] = ()) -> bool:
+        argv = [self.tool, "-w", str(self.wait), "-t", self.table, *args]
+        if shutil.which(self.tool) is None:
+            raise CNIError(ERR_INTERNAL, f"{self.tool} not found",
+                           "the iptables package (iptables-nft or -legacy) is needed")
+        try:
+            proc = subprocess.run(argv, capture_output=True, timeout=self.timeout, check=False)
+        except subprocess.TimeoutExpired:
+            raise CNIError(ERR_INTERNAL, f"{' '.join(argv)} did not finish in "
+                                         f"{self.timeout:g} s") from None
+        if proc.returncode == 0:
+            return True
+        if proc.returncode in absent:
+            return False
+        raise CNIError(ERR_INTERNAL, f"{' '.join(argv)} exited {proc.returncode}",
+                       proc.stderr.decode(errors="replace").strip())
+
+    def chain_exists(self, chain: str) -> bool:
+        """Whether ``chain`` exists (``-S <chain>``, its listing unread)."""
+        return self._run(["-S", chain], absent=_NO)
+
+    def ensure_chain(self, chain: str) -> None:
+        """Create ``chain`` unless it exists (go ``utils.EnsureChain``); a
+        concurrent creator is no error."""
+        if not self.chain_exists(chain) and not self._run(["-N", chain], absent=_NO) \
+                and not self.chain_exists(chain):
+            raise CNIError(ERR_INTERNAL, f"{self.tool}: could not create chain {chain}")
+
+    def exists(self, chain: str, rule: Sequence[str]) -> bool:
+        """Whether ``chain`` holds ``rule`` (``-C``); False when the chain,
+        or the chain the rule jumps to, is missing."""
+        return self._run(["-C", chain, *rule], absent=_NO_RULE)
+
+    def insert_unique(self, chain: str, rule: Sequence[str], position: int = 1) -> bool:
+        """Insert ``rule`` at ``position`` (1: first) unless ``chain``
+        holds it anywhere (go ``utils.InsertUnique``). True when inserted."""
+        if self.exists(chain, rule):
+            return False
+        self._run(["-I", chain, str(position), *rule])
+        return True
+
+    def append_unique(self, chain: str, rule: Sequence[str]) -> bool:
+        """Append ``rule`` unless ``chain`` holds it (go-iptables
+        ``AppendUnique``). True when appended."""
+        if self.exists(chain, rule):
+            return False
+        self._run(["-A", chain, *rule])
+        return True
+
+    def delete(self, chain: str, rule: Sequence[str]) -> bool:
+        """Delete one ``rule`` from ``chain``: False when it (or the chain)
+        is not there, which is no error."""
+        return self._run(["-D", chain, *rule], absent=_NO_RULE)
