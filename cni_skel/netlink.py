@@ -106,6 +106,7 @@ __all__ = [
     "LinkNotFound",
     "Rule",
     "add_address",
+    "add_listed_route",
     "add_route",
     "add_rule",
     "address_flags",
@@ -1742,6 +1743,25 @@ def add_route(
     result = _built("add route", _route_target(spec, gw, dev), ipr, "route",
                     "replace" if replace else "add", ignore=(errno.EEXIST,), **spec)
     return result is not None
+
+
+def add_listed_route(ipr: Socket, route: dict, dev: Link | str | int, *,
+                     table: int | None = None, replace: bool = True) -> bool:
+    """Add ``route``, a route as `routes` lists it, through ``dev`` into
+    ``table`` (main when None): its dst, gateway, metrics (mtu, advmss),
+    priority, scope, preferred source and proto are kept. What moving a
+    route between tables, or putting back what the kernel dropped with a
+    link's addresses (a VRF joined or left), needs. ``replace`` as in
+    `add_route` (default True: the copy wins over a route of the same
+    dst/metric there).
+
+    Raises:
+        LinkNotFound, CNIError: as `add_route`.
+    """
+    return add_route(ipr, route["dst"], gw=route.get("gw"), dev=dev, mtu=route.get("mtu"),
+                     advmss=route.get("advmss"), priority=route.get("priority") or None,
+                     table=table, scope=route.get("scope"), src=route.get("src"),
+                     proto=route.get("proto") or "boot", replace=replace)
 
 
 def del_route(

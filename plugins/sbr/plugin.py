@@ -80,14 +80,6 @@ def _belongs(ipc: IPConfig, route: dict) -> bool:
         or (route["src"] is None and route["gw"] is None)
 
 
-def _copy_route(ipr: Any, link: netlink.Link, route: dict, table: int, *,
-                replace: bool = True) -> None:
-    netlink.add_route(ipr, route["dst"], gw=route["gw"], dev=link, mtu=route["mtu"],
-                      advmss=route["advmss"], priority=route["priority"] or None,
-                      table=table, scope=route["scope"], src=route["src"],
-                      proto=route["proto"], replace=replace)
-
-
 def _del_route(ipr: Any, link: netlink.Link, route: dict, table: int) -> None:
     netlink.del_route(ipr, route["dst"], gw=route["gw"], dev=link,
                       priority=route["priority"] or None, table=table)
@@ -142,7 +134,7 @@ class Sbr(Plugin):
                 for route in own:
                     # Go copies every route of the link; only unicast ones can be re-added.
                     if route["type"] == _UNICAST and _belongs(ipc, route):
-                        _copy_route(ipr, link, route, table)
+                        netlink.add_listed_route(ipr, route, link, table=table)
                         undo.callback(f"deleting {route['dst']} from table {table}",
                                       _del_route, ipr, link, route, table)
                 used.add(table)
@@ -152,7 +144,7 @@ class Sbr(Plugin):
             for route in own:
                 _del_route(ipr, link, route, netlink.RT_TABLE_MAIN)
                 undo.callback(f"putting {route['dst']} back in the main table",
-                              _copy_route, ipr, link, route, netlink.RT_TABLE_MAIN)
+                              netlink.add_listed_route, ipr, route, link)
         return prev
 
     @staticmethod
@@ -238,7 +230,7 @@ def _move_back(ipr: Any, link: netlink.Link, tables: set[int]) -> CNIError | Non
                 continue
             try:
                 if route["type"] == _UNICAST:
-                    _copy_route(ipr, link, route, netlink.RT_TABLE_MAIN, replace=False)
+                    netlink.add_listed_route(ipr, route, link, replace=False)
                 _del_route(ipr, link, route, table)
             except CNIError as exc:
                 failed = exc

@@ -147,10 +147,7 @@ class Vrf(Plugin):
         # them the same way).
         settle_addresses(ipr, link, SETTLE_TIMEOUT)
         for r in routes:
-            netlink.add_route(ipr, r["dst"], gw=r["gw"], dev=link, mtu=r["mtu"],
-                              advmss=r["advmss"], priority=r["priority"] or None,
-                              table=vrf.vrf_table, scope=r["scope"], src=r["src"],
-                              proto=r["proto"], replace=True)
+            netlink.add_listed_route(ipr, r, link, table=vrf.vrf_table)
 
     def delete(self, args: CmdArgs, conf: VrfConf) -> None:
         """Release CNI_IFNAME from the VRF with its global IPv6 addresses and
@@ -224,6 +221,4 @@ def _release(ipr: Any, link: netlink.Link, addrs: list[tuple[Any, int]],
     with contextlib.suppress(CNIError):  # a route refused below says enough
         settle_addresses(ipr, link, SETTLE_TIMEOUT)
     for r in routes:  # on-link ones first
-        netlink.add_route(ipr, r["dst"], gw=r["gw"], dev=link, mtu=r["mtu"],
-                          advmss=r["advmss"], priority=r["priority"] or None,
-                          scope=r["scope"], src=r["src"], proto=r["proto"], replace=True)
+        netlink.add_listed_route(ipr, r, link)
