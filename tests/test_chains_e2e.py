@@ -1,5 +1,6 @@
 """The chains people run, end to end on Debian's containerd (CRI, the
-kubelet's path), every plugin ours, in both modes:
+kubelet's path) and through `cni_skel.runtime` (libcni's role, what
+podman and cnitool drive), every plugin ours, in both modes:
 
 * podman's CNI default: bridge + host-local, portmap, firewall, tuning,
   on a node whose iptables FORWARD policy is DROP (as Docker leaves it);
@@ -13,15 +14,19 @@ The node, containerd and pods: tests/test_containerd.py's.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
 import pytest
+from podlink_common import make_lan
 from test_containerd import CLIENT_IP, NODE_IP, Pod, http_get, running_node
 
 from cni_skel import netlink, tc
+from cni_skel.harness import tcp_echo
 from cni_skel.ipset import IPSets
 from cni_skel.netns import NetNS
+from cni_skel.runtime import Runtime, RuntimeConf
 
 PODMAN_SUBNET = "10.88.0.0/16"
 K3S_NETWORK, K3S_SUBNET = "10.42.0.0/16", "10.42.0.1/24"
@@ -124,3 +129,52 @@ def test_k3s_default_chain_with_bandwidth(tmp_path, cni_mode, cni_worker_socket)
 def _no_bus(monkeypatch, tmp_path):
     # firewall without a backend asks firewalld first: never the machine's bus
     monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", f"unix:path={tmp_path}/no-bus")
+
+
+@pytest.mark.parametrize("chain", ["podman", "k3s"])
+def test_chains_through_the_runtime(chain, cni_bin, netns_factory, tmp_path):
+    """The same conflists run by our runtime (libcni's ADD, CHECK, DEL and
+    GC) in a node namespace with a LAN behind it and a DROP forward policy:
+    two pods reach the LAN, CHECK passes, the bandwidth capability reaches
+    the kernel; GC with no valid attachment leaves no pod state."""
+    d = str(tmp_path)
+    lan = make_lan(netns_factory, lan_ips=("10.74.0.1/24",), default_route="10.74.0.1")
+    with NetNS.open(lan.lan.path) as n, n.rtnl() as ipr:
+        netlink.add_route(ipr, "10.42.0.0/16", gw="10.74.0.254")
+        netlink.add_route(ipr, "10.88.0.0/16", gw="10.74.0.254")
+    sh(lan.node.path, "iptables", "-P", "FORWARD", "DROP")
+    doc = podman_default(d) if chain == "podman" else k3s_default(d)
+    if chain == "k3s":
+        with open(os.path.join(d, "subnet.env"), "w") as f:
+            f.write(f"FLANNEL_NETWORK={K3S_NETWORK}\nFLANNEL_SUBNET={K3S_SUBNET}\n"
+                    "FLANNEL_MTU=1450\nFLANNEL_IPMASQ=false\n")
+        # k3s leaves forwarding to flannel's own rules: let pods through here
+        doc["plugins"].append({"type": "firewall", "dataDir": os.path.join(d, "firewall")})
+    os.makedirs(os.path.join(d, "net.d"))
+    with open(os.path.join(d, "net.d", "10-chain.conflist"), "w") as f:
+        json.dump(doc, f)
+    cni = Runtime(conf_dir=os.path.join(d, "net.d"), bin_dirs=[cni_bin],
+                  cache_dir=os.path.join(d, "cache"), plugin_netns=lan.node.path)
+    net = cni.load_conflist(doc["name"])
+    caps = {"portMappings": [{"hostPort": 18100, "containerPort": 8080, "protocol": "tcp"}],
+            "bandwidth": {"ingressRate": 8_000_000, "ingressBurst": 400_000,
+                          "egressRate": 8_000_000, "egressBurst": 400_000}}
+    pods = []
+    for cid in ("r1", "r2"):
+        pod = netns_factory("cnsk-pod")
+        rt = RuntimeConf(cid, pod.path, "eth0", capability_args=caps if cid == "r1" else {})
+        cni.add(net, rt)
+        cni.check(net, rt)
+        pods.append((pod, rt))
+    for pod, _ in pods:
+        assert tcp_echo(lan.lan, "10.74.0.1", pod, timeout=2.0)[0] == b"cni-skel"
+    if chain == "k3s":
+        assert [q.tbf.rate for q in veth_root_qdiscs(lan.node.path)] == [1_000_000]
+    cni.delete(net, pods[0][1])
+    cni.delete(net, pods[0][1])
+    assert pod_set_entries(lan.node.path) == {
+        str(ip.address.ip) for ip in cni.get_cached_result(net, pods[1][1]).ips}
+    cni.gc(net, [])
+    assert pod_set_entries(lan.node.path) == set()
+    assert os.listdir(os.path.join(d, "firewall")) == []
+    assert veth_root_qdiscs(lan.node.path) == []
