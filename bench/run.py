@@ -1,7 +1,7 @@
 """cni-skel benchmark: our plugins against Debian's Go reference plugins.
 
     python -m bench [--quick] [--modes go,oneshot,inproc] [--out bench/results]
-                    [--long-churn 10000]
+                    [--long-churn 10000] [--only chained,firewall-scale]
 
 Every implementation ("mode", see bench/modes.py) gets its own node
 namespace with an agent in it (bench/node.py); pods get fresh namespaces.
@@ -38,9 +38,11 @@ from cni_skel.warm.install import python_argv
 from . import chained, interfaces
 from .modes import MODES, PLUGINS, Mode, ModeUnavailable
 from .stats import (
+    CNI_VERSION,
     MiB,
     busy_share,
     cpu_ticks,
+    fake_result,
     log,
     med,
     mib,
@@ -53,7 +55,6 @@ from .stats import (
 )
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CNI_VERSION = "1.0.0"  # the newest Go 1.1.1 speaks
 PATH_ENV = "/usr/sbin:/usr/bin:/sbin:/bin"
 IDLE_PROCESSES = 3  # a quiet worker: its parent and its 2 spares (--spares)
 
@@ -72,15 +73,21 @@ class Profile:
     chain_workers: int = 8
     fill_workers: int = 4
     long_round: int = 100  # pods per round of --long-churn
+    fw_levels: tuple[int, ...] = (0, 1000)  # other pods' firewall entries (bench.chained)
+    fw_samples: int = 20  # probe ADD+DEL pairs per firewall level and mode
 
 
 QUICK = Profile("quick", pods=2, version_samples=3, scale_samples=2, hl_levels=(0, 1000),
-                pm_levels=(0, 20), churn_pods=4, churn_workers=(8,), chain_pods=4, long_round=20)
+                pm_levels=(0, 20), churn_pods=4, churn_workers=(8,), chain_pods=4, long_round=20,
+                fw_levels=(0, 100), fw_samples=3)
 FULL = Profile("full", pods=50, version_samples=30, scale_samples=15,
                hl_levels=(0, 1000, 10000), pm_levels=(0, 100, 1000), churn_pods=100,
                churn_workers=(2, 8), chain_pods=1000)
 #: modes the full chain churn runs (one-shot, ~25x Go per call, would take too long)
 CHAIN_MODES = ("go", "warm")
+#: what --only selects from, in the order a run takes them (memory: the idle worker's)
+SCENARIOS = ("version", "lifecycle", "interfaces", "chained", "memory", "churn", "chain-churn",
+             "long-churn", "scale-hl", "scale-pm", "firewall-scale", "profile")
 
 
 class MemSampler:
@@ -191,12 +198,6 @@ def chain(store: str, bridge: str = "cnbr0", subnet: str = "10.88.0.0/16") -> li
 def mappings(tcp: int, udp: int) -> list[dict]:
     return [{"hostPort": tcp, "containerPort": 80, "protocol": "tcp"},
             {"hostPort": udp, "containerPort": 53, "protocol": "udp"}]
-
-
-def fake_result(pod_path: str, ip: str) -> dict:
-    return {"cniVersion": CNI_VERSION,
-            "interfaces": [{"name": "eth0", "sandbox": pod_path}],
-            "ips": [{"address": ip, "interface": 0}]}
 
 
 # --- the benchmark ----------------------------------------------------------------------
@@ -643,15 +644,28 @@ class Bench:
             return mode.request("portmap", self.env(mode, "ADD", f"pmfill-{j}", pod_path, "eth0"),
                                 json.dumps(conf))
 
-        if start == 0 and stop > 0:  # the first one alone: it creates the chains/tables
+        self.bulk(mode, "portmap", "ADD", req, start, stop, "scale-pm-fill")
+
+    def bulk(self, mode: Mode, plugin: str, verb: str, req, start: int, stop: int,
+             scenario: str) -> float:
+        """The agent requests ``req(j)`` for j in [start, stop): calls of
+        ``plugin`` ``verb`` filling or emptying a scale level (not samples; a
+        failure is an error as any call's). From 0 the first goes alone (an
+        ADD creates the chains, tables or sets the rest would race for), the
+        rest as one batch on ``fill_workers`` threads. Returns the wall
+        seconds of it all."""
+        wall = 0.0
+        if start == 0 and stop > 0:
             r = mode.node.request(req(0))
-            self.record(mode, "portmap", "ADD", r, "scale-pm-fill", False, {})
-            start = 1
+            self.record(mode, plugin, verb, r, scenario, False, {})
+            wall, start = r["wall"], 1
         if stop > start:
             out = mode.node.request({"op": "batch", "workers": self.prof.fill_workers,
                                      "calls": [req(j) for j in range(start, stop)]})
             for r in out["results"]:
-                self.record(mode, "portmap", "ADD", r, "scale-pm-fill", False, {})
+                self.record(mode, plugin, verb, r, scenario, False, {})
+            wall += out["wall"]
+        return wall
 
     def traced_argv(self, exe: str) -> list[str]:
         """``exe``'s Python command line plus ``-X importtime``."""
@@ -737,21 +751,24 @@ class Bench:
 
     # --- report
 
+    def wants(self, scenario: str) -> bool:
+        """Whether ``scenario`` (one of `SCENARIOS`) runs: --only selects."""
+        return not self.args.only or scenario in self.args.only
+
     def run(self) -> int:
         t0 = time.monotonic()
         self.setup()
-        self.version()
-        self.lifecycle()
-        interfaces.run(self)
-        chained.run(self)
-        self.idle_memory("after the lifecycle")
-        self.churn()
-        self.chain_churn()
-        self.long_churn()
-        self.scale_host_local()
-        self.scale_portmap()
-        self.profile()
-        self.idle_memory("end of run")
+        steps = (("version", self.version), ("lifecycle", self.lifecycle),
+                 ("interfaces", lambda: interfaces.run(self)),
+                 ("chained", lambda: chained.run(self)),
+                 ("memory", lambda: self.idle_memory("after the lifecycle")),
+                 ("churn", self.churn), ("chain-churn", self.chain_churn),
+                 ("long-churn", self.long_churn), ("scale-hl", self.scale_host_local),
+                 ("scale-pm", self.scale_portmap), ("firewall-scale", lambda: chained.scale(self)),
+                 ("profile", self.profile), ("memory", lambda: self.idle_memory("end of run")))
+        for scenario, step in steps:
+            if self.wants(scenario):
+                step()
         self.results["seconds"] = time.monotonic() - t0
         return self.report()
 
@@ -768,7 +785,9 @@ class Bench:
              if self.skipped else "")
           + f". Calls interleaved per sample with the mode order rotated; wall and CPU in ms, "
           f"peak RSS in MiB (wait4 of the plugin process tree). Ratio = ours/Go of medians. "
-          f"Took {self.results['seconds']:.0f} s.\n")
+          f"Took {self.results['seconds']:.0f} s."
+          + (f" Only {', '.join(self.args.only)} (--only): the other tables are empty and "
+             "their budgets left out." if self.args.only else "") + "\n")
 
         # VERSION
         w(f"## VERSION (start-up), {prof.version_samples} samples\n")
@@ -887,28 +906,15 @@ class Bench:
                                   ("DEL", "DEL", {"unknown": None}),
                                   ("DEL unknown ID", "DEL", {"unknown": True})):
             for lvl in prof.hl_levels:
-                g = med(self.sel("scale-hl", "go", "host-local", verb, level=lvl, **tags))
-                o = med(self.sel("scale-hl", "oneshot", "host-local", verb, level=lvl, **tags))
-                g0 = med(self.sel("scale-hl", "go", "host-local", verb, level=0, **tags))
-                o0 = med(self.sel("scale-hl", "oneshot", "host-local", verb, level=0, **tags))
-                w(f"| {label} @ {lvl:,} | {ms(g)} | {ms(o)} | {rx(ratio(o, g))} "
-                  f"| {rx(ratio(g, g0))} | {rx(ratio(o, o0))} |" + "".join(
-                      f" {ms(med(self.sel('scale-hl', e, 'host-local', verb, **tags, level=lvl)))}"
-                      " |" for e in extra))
+                self.scale_row(w, label, "scale-hl", "host-local", verb, lvl, extra, **tags)
         w(f"\n## Scale: portmap with other pods' mappings ({prof.scale_samples} samples)\n")
         w("| verb @ pods | Go ms med | ours ms med | ours/Go | Go vs its 0 | ours vs its 0 |"
           + "".join(f" {e} ms |" for e in extra))
         w("|---" * (6 + len(extra)) + "|")
         for verb in ("ADD", "CHECK", "DEL"):
             for lvl in prof.pm_levels:
-                g = med(self.sel("scale-pm", "go", "portmap", verb, level=lvl))
-                o = med(self.sel("scale-pm", "oneshot", "portmap", verb, level=lvl))
-                g0 = med(self.sel("scale-pm", "go", "portmap", verb, level=0))
-                o0 = med(self.sel("scale-pm", "oneshot", "portmap", verb, level=0))
-                w(f"| {verb} @ {lvl:,} | {ms(g)} | {ms(o)} | {rx(ratio(o, g))} "
-                  f"| {rx(ratio(g, g0))} | {rx(ratio(o, o0))} |" + "".join(
-                      f" {ms(med(self.sel('scale-pm', e, 'portmap', verb, level=lvl)))} |"
-                      for e in extra))
+                self.scale_row(w, verb, "scale-pm", "portmap", verb, lvl, extra)
+        chained.scale_report(self, w)
 
         # profile
         rows = self.profile_rows()
@@ -1036,6 +1042,28 @@ class Bench:
                 f"| {ms(o['cpu_per_pod'])} | {rx(ratio(o['cpu_per_pod'], g.get('cpu_per_pod')))} "
                 f"| {ms(o.get('p99'))} | {rx(ratio(o.get('p99'), g.get('p99')))} "
                 f"| {o['errors']} | {o['duplicates']} | {len(o['leaks'])} |")
+
+    def scale_row(self, w, label: str, scenario: str, plugin: str, verb: str, level: int,
+                  extra: list[str], ours: str = "oneshot", **tags) -> None:
+        """A scale table's row: Go's and ``ours``'s median wall times (ms) at
+        ``level``, ours/Go, each against its own median at level 0, then the
+        ``extra`` modes' medians (ms)."""
+        def at(mode: str, lvl: int) -> float | None:
+            return med(self.sel(scenario, mode, plugin, verb, level=lvl, **tags))
+
+        g, o, g0, o0 = at("go", level), at(ours, level), at("go", 0), at(ours, 0)
+        w(f"| {label} @ {level:,} | {ms(g)} | {ms(o)} | {rx(ratio(o, g))} "
+          f"| {rx(ratio(g, g0))} | {rx(ratio(o, o0))} |"
+          + "".join(f" {ms(at(e, level))} |" for e in extra))
+
+    def scale_budget(self, name: str, scenario: str, mode: str, plugin: str, verb: str,
+                     top: int, limit: float, **tags) -> tuple[str, str, bool]:
+        """A budget on growth: ``mode``'s median wall time at level ``top``
+        over its median at level 0, at most ``limit``."""
+        a = med(self.sel(scenario, mode, plugin, verb, level=0, **tags))
+        z = med(self.sel(scenario, mode, plugin, verb, level=top, **tags))
+        r = ratio(z, a)
+        return name, f"{ms(z)} / {ms(a)} ms = {rx(r)}", r is not None and r <= limit
 
     @staticmethod
     def long_points(lc: dict) -> list[dict]:
@@ -1165,10 +1193,24 @@ class Bench:
         return b
 
     def budgets(self, chains: dict) -> list[tuple[str, str, bool | None]]:
-        b: list[tuple[str, str, bool | None]] = self.default_budgets(chains)
-        b += self.issue20_budgets(chains)
-        b += interfaces.budgets(self)
-        b += chained.budgets(self)
+        """Every group of budgets whose scenarios ran (all without --only)."""
+        groups = (({"version", "lifecycle"}, self.default_budgets),
+                  ({"lifecycle", "churn", "chain-churn", "memory", "long-churn"},
+                   self.issue20_budgets),
+                  ({"interfaces"}, lambda _: interfaces.budgets(self)),
+                  ({"chained", "firewall-scale"}, lambda _: chained.budgets(self)),
+                  ({"version", "lifecycle", "scale-hl", "scale-pm", "churn"},
+                   self.oneshot_budgets))
+        b: list[tuple[str, str, bool | None]] = []
+        for scenarios, group in groups:
+            if any(self.wants(sc) for sc in scenarios):
+                b += group(chains)
+        return b
+
+    def oneshot_budgets(self, chains: dict) -> list[tuple[str, str, bool | None]]:
+        """The one-shot fallback's budgets (`oneshot` against `go`) and the
+        scale budgets of host-local and portmap."""
+        b: list[tuple[str, str, bool | None]] = []
         vw = {p: med(self.sel("version", "oneshot", p)) for p in PLUGINS}
         vr = {p: med(self.sel("version", "oneshot", p, key="rss")) for p in PLUGINS}
         worst = max(vw, key=lambda p: vw[p] or 0)
@@ -1199,19 +1241,13 @@ class Bench:
         top = self.prof.hl_levels[-1]
         for verb, tags in (("ADD", {}), ("CHECK", {}), ("DEL", {"unknown": None}),
                            ("DEL", {"unknown": True})):
-            a = med(self.sel("scale-hl", "oneshot", "host-local", verb, level=0, **tags))
-            z = med(self.sel("scale-hl", "oneshot", "host-local", verb, level=top, **tags))
-            r = ratio(z, a)
             name = verb + (" unknown ID" if tags.get("unknown") else "")
-            b.append((f"host-local {name} at {top:,} <= 1.5x at 0",
-                      f"{ms(z)} / {ms(a)} ms = {rx(r)}", r is not None and r <= 1.5))
+            b.append(self.scale_budget(f"host-local {name} at {top:,} <= 1.5x at 0", "scale-hl",
+                                       "oneshot", "host-local", verb, top, 1.5, **tags))
         top = self.prof.pm_levels[-1]
         for verb in ("ADD", "DEL"):
-            a = med(self.sel("scale-pm", "oneshot", "portmap", verb, level=0))
-            z = med(self.sel("scale-pm", "oneshot", "portmap", verb, level=top))
-            r = ratio(z, a)
-            b.append((f"portmap {verb} at {top:,} pods <= 1.2x at 0",
-                      f"{ms(z)} / {ms(a)} ms = {rx(r)}", r is not None and r <= 1.2))
+            b.append(self.scale_budget(f"portmap {verb} at {top:,} pods <= 1.2x at 0", "scale-pm",
+                                       "oneshot", "portmap", verb, top, 1.2))
         for wk, res in self.results.get("churn", {}).items():
             o = res.get("oneshot", {})
             g = res.get("go", {})
@@ -1292,7 +1328,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true",
                     help="CI smoke size (< 60 s): 2 pods, one small churn round, scale at 0 and "
-                         "1,000 allocations / 0 and 20 portmap pods")
+                         "1,000 allocations / 0 and 20 portmap pods / 0 and 100 firewall pods")
     ap.add_argument("--modes", default="go,oneshot,inproc,warm",
                     help="comma list of: " + ", ".join(MODES) + " (default: all; a mode that "
                          "cannot run here is skipped with the reason)")
@@ -1303,11 +1339,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="warm mode only: N pods of bridge churn (8 workers, rounds of 100 "
                          "pods), the worker tree's RSS/PSS after each round (default 0: skip; "
                          "10000 for issue 20's no-growth budget)")
+    ap.add_argument("--only", default="", metavar="LIST",
+                    help="comma list of scenarios to run (default: all): " + ", ".join(SCENARIOS))
     args = ap.parse_args(argv)
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = [m for m in args.modes if m not in MODES]
     if unknown:
         ap.error(f"unknown mode(s): {', '.join(unknown)}")
+    args.only = [sc.strip() for sc in args.only.split(",") if sc.strip()]
+    unknown = [sc for sc in args.only if sc not in SCENARIOS]
+    if unknown:
+        ap.error(f"unknown scenario(s): {', '.join(unknown)}")
     return args
 
 

@@ -1,5 +1,5 @@
-"""The benchmark's statistics and number formats (shared by bench.run and
-its scenario modules)."""
+"""The benchmark's statistics, number formats and the small helpers shared
+by bench.run and its scenario modules."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 import time
 
 MiB = 1024  # KiB per MiB: memory is read in KiB
+CNI_VERSION = "1.0.0"  # the newest Go 1.1.1 speaks
 
 
 def log(msg: str) -> None:
@@ -64,3 +65,12 @@ def pct(share: float | None) -> str:
 
 def rx(r: float | None) -> str:
     return "-" if r is None else f"{r:.2f}x"
+
+
+def fake_result(pod_path: str, ip: str) -> dict:
+    """A prevResult naming one interface in ``pod_path`` and ``ip`` (CIDR)
+    on it, for a chained plugin called without the interface plugin's ADD
+    (portmap and firewall read only these fields)."""
+    return {"cniVersion": CNI_VERSION,
+            "interfaces": [{"name": "eth0", "sandbox": pod_path}],
+            "ips": [{"address": ip, "interface": 0}]}
