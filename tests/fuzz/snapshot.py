@@ -4,10 +4,13 @@
 up/promisc/allmulti flags, queue length, master, veth peer) and addresses
 (pyroute2, IPv6 link-local left out: the kernel adds those by itself), its
 nftables ruleset (libnftables JSON; every set/map element is an item of its
-own), the chosen sysctls (read inside the namespace: /proc/sys/net belongs to
-the reading thread's namespace); and every file under the given directories
-(size and SHA-256). `diff` compares two pictures and names what appeared,
-vanished or changed, leaving out `is_infra` items.
+own; iptables-nft's ``ip filter`` / ``ip6 filter`` tables are among them,
+their ``-m`` matches seen as bare ``xt`` expressions, enough to compare), its
+ipsets and their entries with comments (netlink), the chosen sysctls (read
+inside the namespace: /proc/sys/net belongs to the reading thread's
+namespace); and every file under the given directories (size and SHA-256).
+`diff` compares two pictures and names what appeared, vanished or changed,
+leaving out `is_infra` items.
 
 Infrastructure (`is_infra`) is what a plugin creates once for a whole network
 and keeps, as the Go plugins do: the bridge device with its gateway addresses
@@ -20,6 +23,16 @@ the tables from its first pod on), host-local's bookkeeping files (``lock``,
 ``route_localnet`` switched on in the node namespace (Go never switches them
 back), and the l3mdev rules the kernel adds with a namespace's first VRF (it
 never adds them again there: they stay).
+
+The firewall's per-node layout is infrastructure too when it *appears* (one
+copy of each rule; a rule doubled, changed or gone still counts): in
+iptables' tables, the chains it names (``CNI-FORWARD``, the admin chain its
+rule there jumps to, ``CNI-ISOLATION-STAGE-1/2``, base chains iptables-nft
+makes with policy accept) and every rule carrying ``-m comment`` (all of its
+layout and isolation rules do; Go's per-pod rules never do); the ipsets
+themselves; in native nftables tables, the ``cni_firewall`` chain and its
+rules, the ``cni_firewall_pods4/6`` sets and the bare jump to the chain.
+Set entries and elements never are: they are the pods.
 """
 
 from __future__ import annotations
@@ -32,10 +45,17 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from pyroute2.ipset import IPSet
+from pyroute2.netlink.exceptions import NetlinkError
+from pyroute2.netlink.nfnetlink.ipset import IPSET_FLAG_LIST_HEADER
+
+from cni_skel.errors import CNIError
+from cni_skel.ipset import IPSets
 from cni_skel.netns import NetNS
 from cni_skel.nft import Nft
 
-__all__ = ["INFRA_TABLES", "LinkState", "Observer", "Snapshot", "diff", "is_infra", "take"]
+__all__ = ["INFRA_TABLES", "IPTABLES_TABLES", "LinkState", "Observer", "Snapshot", "diff",
+           "is_infra", "take"]
 
 #: nftables tables whose layout (not elements) is shared by every pod of a node.
 INFRA_TABLES = frozenset({("inet", "cni_skel_bridge"), ("bridge", "cni_skel_bridge"),
@@ -45,6 +65,14 @@ INFRA_TABLES = frozenset({("inet", "cni_skel_bridge"), ("bridge", "cni_skel_brid
 _INFRA_SYSCTL = re.compile(r"^net/ipv4/ip_forward$|^net/ipv6/conf/all/forwarding$"
                            r"|^net/ipv4/conf/[^/]+/route_localnet$")
 _VLAN_GATEWAY = re.compile(r"\.\d+$")
+#: The tables iptables-nft writes for the iptables filter.
+IPTABLES_TABLES = frozenset({("ip", "filter"), ("ip6", "filter")})
+# The firewall's chains there (its admin chain may have any name: found
+# from the rule jumping to it), and its objects in native nftables tables.
+_FW_IPT_CHAINS = frozenset({"CNI-FORWARD", "CNI-ADMIN", "CNI-ISOLATION-STAGE-1",
+                            "CNI-ISOLATION-STAGE-2"})
+_FW_NFT_CHAIN = "cni_firewall"
+_FW_NFT_SETS = frozenset({"cni_firewall_pods4", "cni_firewall_pods6"})
 _IFF_UP, _IFF_PROMISC, _IFF_ALLMULTI = 0x1, 0x100, 0x200
 
 
@@ -67,7 +95,8 @@ class LinkState(NamedTuple):
 #: ("link", ns, name), ("addr", ns, ifname, cidr), ("nft", ns, kind, family,
 #: table, name), ("rule", ns, family, table, chain, rule JSON) -> count,
 #: ("elem", ns, family, table, set, element JSON), ("iprule", ns, family,
-#: priority, selector, table), ("file", relative path), ("sysctl", ns, key).
+#: priority, selector, table), ("ipset", ns, name), ("ipentry", ns, name,
+#: address) -> comment, ("file", relative path), ("sysctl", ns, key).
 Snapshot = dict[tuple, Any]
 
 
@@ -131,6 +160,39 @@ def _nft(ns: str, handle: NetNS, nft: Nft, out: Snapshot) -> None:
                 out[("elem", ns, family, spec.get("table"), spec.get("name"), _canon(elem))] = True
 
 
+class _IPSetReader:
+    """The ipsets of the namespace it is made in: names from a header-only
+    listing, entries (with comments) through `IPSets`."""
+
+    def __init__(self) -> None:
+        self._names = IPSet()
+        try:
+            self._sets = IPSets()
+        except BaseException:
+            self._names.close()
+            raise
+
+    def read(self, ns: str, out: Snapshot) -> None:
+        names = [m.get_attr("IPSET_ATTR_SETNAME")
+                 for m in self._names.list(flags=IPSET_FLAG_LIST_HEADER)]
+        for name in filter(None, names):
+            out[("ipset", ns, name)] = True
+            for entry in self._sets.entries(name):
+                out[("ipentry", ns, name, str(entry.address))] = entry.comment
+
+    def close(self) -> None:
+        self._names.close()
+        self._sets.close()
+
+
+def _ipset_reader(handle: NetNS) -> _IPSetReader | None:
+    # A kernel without ip_set has no ipsets to compare.
+    try:
+        return handle.run(_IPSetReader)
+    except (OSError, NetlinkError, CNIError):
+        return None
+
+
 def _sysctls(ns: str, handle: NetNS, keys: Sequence[str], out: Snapshot) -> None:
     with handle.enter():
         for key in keys:
@@ -157,7 +219,7 @@ def _files(root: str, out: Snapshot) -> None:
 
 class Observer:
     """Takes snapshots of ``namespaces`` (label -> netns path: links,
-    addresses, nftables, and the sysctls ``sysctls[label]`` lists as
+    addresses, nftables, ipsets, and the sysctls ``sysctls[label]`` lists as
     /proc/sys-relative paths) and of the files under each of ``roots`` (keyed
     by path relative to its root; roots should not nest). Holds one netlink
     socket per namespace until `close` (use it from one thread)."""
@@ -169,6 +231,7 @@ class Observer:
         self._handles: dict[str, NetNS] = {}
         self._iprs: dict[str, Any] = {}
         self._nfts: dict[str, Nft] = {}
+        self._ipsets: dict[str, _IPSetReader | None] = {}
         try:
             for label, path in namespaces.items():
                 handle = self._handles[label] = NetNS.open(path)
@@ -176,6 +239,7 @@ class Observer:
                 # libnftables keeps the netlink socket it opened at creation:
                 # one context per namespace, made inside it.
                 self._nfts[label] = handle.run(Nft)
+                self._ipsets[label] = _ipset_reader(handle)
         except BaseException:
             self.close()
             raise
@@ -185,6 +249,9 @@ class Observer:
         for label, handle in self._handles.items():
             _links(label, self._iprs[label], out)
             _nft(label, handle, self._nfts[label], out)
+            ipsets = self._ipsets.get(label)
+            if ipsets is not None:
+                ipsets.read(label, out)
             keys = self.sysctls.get(label)
             if keys:
                 _sysctls(label, handle, keys, out)
@@ -195,9 +262,12 @@ class Observer:
     def close(self) -> None:
         for ipr in self._iprs.values():
             ipr.close()
+        for ipsets in self._ipsets.values():
+            if ipsets is not None:
+                ipsets.close()
         for handle in self._handles.values():
             handle.close()
-        self._iprs, self._handles, self._nfts = {}, {}, {}
+        self._iprs, self._handles, self._nfts, self._ipsets = {}, {}, {}, {}
 
     def __enter__(self) -> Observer:
         return self
@@ -232,6 +302,45 @@ def _is_infra_link(snaps: Sequence[Snapshot], ns: str, name: str | None) -> bool
                                     or bool(link.peer and _VLAN_GATEWAY.search(link.peer)))
 
 
+def _exprs(body: str) -> list:
+    return json.loads(body).get("expr") or []
+
+
+def _admin_chains(ns: str, family: str, snaps: Sequence[Snapshot]) -> set[str]:
+    """Chains the firewall's commented rules in CNI-FORWARD jump to (its
+    admin chain, ``iptablesAdminChainName``)."""
+    out = set()
+    for snap in snaps:
+        for key in snap:
+            if key[:5] == ("rule", ns, family, "filter", "CNI-FORWARD") \
+                    and _is_firewall_rule(key):
+                out.update(e["jump"]["target"] for e in _exprs(key[5]) if "jump" in e)
+    return out
+
+
+def _is_firewall_object(key: tuple, new: str, snaps: Sequence[Snapshot]) -> bool:
+    """A chain or set of the firewall's per-node layout (module docstring)."""
+    kind, family, table, name = key[2:6]
+    if (family, table) in IPTABLES_TABLES:
+        if kind != "chain":
+            return False
+        spec = json.loads(new)
+        # iptables-nft makes a base chain when first used, policy accept
+        return name in _FW_IPT_CHAINS or ("hook" in spec and spec.get("policy") == "accept") \
+            or name in _admin_chains(key[1], family, snaps)
+    return (kind == "chain" and name == _FW_NFT_CHAIN) or (kind == "set" and name in _FW_NFT_SETS)
+
+
+def _is_firewall_rule(key: tuple) -> bool:
+    """A rule of the firewall's per-node layout (module docstring)."""
+    family, table, chain = key[2:5]
+    exprs = _exprs(key[5])
+    if (family, table) in IPTABLES_TABLES:
+        return any(isinstance(e, dict) and e.get("xt", {}).get("name") == "comment"
+                   for e in exprs)
+    return chain == _FW_NFT_CHAIN or exprs == [{"jump": {"target": _FW_NFT_CHAIN}}]
+
+
 def is_infra(key: tuple, old: Any, new: Any, before: Snapshot, after: Snapshot) -> bool:
     """Is this difference a network's lasting infrastructure (see the module
     docstring) rather than state of one attachment?"""
@@ -242,9 +351,17 @@ def is_infra(key: tuple, old: Any, new: Any, before: Snapshot, after: Snapshot) 
     if what == "addr":
         return _is_infra_link(snaps, key[1], key[2])
     if what == "nft":  # a table itself is never infrastructure a call may add
-        return key[2] != "table" and (key[3], key[4]) in INFRA_TABLES
+        if key[2] == "table":
+            return False
+        if (key[3], key[4]) in INFRA_TABLES:
+            return True
+        return old is None and _is_firewall_object(key, new, snaps)
     if what == "rule":
-        return (key[2], key[3]) in INFRA_TABLES
+        if (key[2], key[3]) in INFRA_TABLES:
+            return True
+        return not old and new == 1 and _is_firewall_rule(key)
+    if what == "ipset":  # the set, not its entries (those are "ipentry")
+        return old is None
     if what == "iprule":  # the kernel's l3mdev rules, added with a namespace's first VRF
         return key[4] == "l3mdev 1"
     if what == "file":
@@ -270,6 +387,10 @@ def _show(key: tuple, value: Any) -> str:
         return f"nftables element {key[1]}: {key[2]} {key[3]} set {key[4]}: {key[5][:160]}"
     if what == "iprule":
         return f"ip rule {key[1]}: {key[3]}: {key[4] or 'all'} lookup {key[5]}"
+    if what == "ipset":
+        return f"ipset {key[1]}: {key[2]}"
+    if what == "ipentry":
+        return f"ipset entry {key[1]}: {key[2]} {key[3]} (comment {value!r})"
     if what == "file":
         return f"file {key[1]}"
     if what == "sysctl":

@@ -1,6 +1,7 @@
 """Hypothesis strategies for the contract fuzz suite: one `Case` is the
 environment and stdin of one plugin call, plus whether a valid ADD runs
-first (so DEL, CHECK and GC meet a real attachment).
+first (so DEL, CHECK and GC meet a real attachment) and, for firewall, how
+the node filters forwarded traffic (`NODE_FILTERS`, so both of its paths run).
 
 Configs start from a known-good config per plugin (`base_config`), get
 optional keys derived from the plugin's own pydantic config model
@@ -20,7 +21,10 @@ a directory that does not exist; the ``dataDir`` keys are never deleted nor
 set to another string (an empty or relative one would mean the machine's
 /var/lib/cni or the working directory), only to values of a wrong type;
 tuning only gets sysctls from `SAFE_SYSCTLS` (per network namespace, so
-they only ever reach the pod).
+they only ever reach the pod); firewall never gets backend ``firewalld``
+(no firewalld runs in the fuzz; the test points D-Bus at a socket that does
+not exist, so the machine's bus is never asked and no backend means
+iptables + nftables).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Annotated, Any, Literal, Union
 
 from cni_skel_plugins.bandwidth import BandwidthConf
 from cni_skel_plugins.bridge.config import BridgeConf
+from cni_skel_plugins.firewall import Firewall, FirewallConf
 from cni_skel_plugins.flannel import FlannelConf
 from cni_skel_plugins.host_device.config import HostDeviceConf
 from cni_skel_plugins.host_local.config import HostLocalConf, IPAMSettings
@@ -61,6 +66,7 @@ __all__ = [
     "KERNEL_PLUGINS",
     "MISSING",
     "NET",
+    "NODE_FILTERS",
     "PLUGINS",
     "SAFE_SYSCTLS",
     "TOKENS",
@@ -73,8 +79,8 @@ __all__ = [
     "token",
 ]
 
-PLUGINS = ("bandwidth", "bridge", "flannel", "host-device", "host-local", "loopback", "macvlan",
-           "portmap", "ptp", "sbr", "static", "tuning")
+PLUGINS = ("bandwidth", "bridge", "firewall", "flannel", "host-device", "host-local", "loopback",
+           "macvlan", "portmap", "ptp", "sbr", "static", "tuning")
 #: Plugins whose link kind some kernels lack, with the feature they need
 #: (tests/kernelvm.py): where the host has none, they are fuzzed in its VM.
 KERNEL_PLUGINS = {"ipvlan": "ipvlan", "vlan": "8021q", "dummy": "dummy", "vrf": "vrf"}
@@ -91,11 +97,13 @@ def token(name: str) -> str:
 #: bin dir), DATA (host-local dataDir), TUNING (tuning dataDir), HOSTDEV
 #: (host-device's dataDir), RESOLV (a resolv.conf), CID (this example's
 #: container ID), PREV (the setup ADD's result, a JSON value), SUBNET
-#: (flannel's subnet file), FLANNEL (flannel's dataDir).
+#: (flannel's subnet file), FLANNEL (flannel's dataDir), FIREWALL (firewall's
+#: dataDir: its records).
 TOKENS = {name: token(name) for name in
           ("POD", "NOTNS", "BIN", "DATA", "TUNING", "HOSTDEV", "RESOLV", "CID", "PREV",
-           "SUBNET", "FLANNEL")}
-POD, NOTNS, BIN, DATA, TUNING, HOSTDEV, RESOLV, CID, PREV, SUBNET, FLANNEL = TOKENS.values()
+           "SUBNET", "FLANNEL", "FIREWALL")}
+(POD, NOTNS, BIN, DATA, TUNING, HOSTDEV, RESOLV, CID, PREV, SUBNET, FLANNEL,
+ FIREWALL) = TOKENS.values()
 #: A missing environment variable.
 MISSING = None
 
@@ -109,6 +117,11 @@ PM_NODE = ("10.99.0.1/24", "fd00:99::1/64")
 POD_IPS = ("10.99.0.5/24", "fd00:99::5/64")
 RANGES = [[{"subnet": "10.66.0.0/24"}], [{"subnet": "fd00:66::/64"}]]
 ABSENT = "/run/netns/cnsk-fz-absent-"  # a path under it never exists
+#: How the node filters forwarded traffic before a firewall case (the test
+#: sets it up in the node namespace): ``iptables-drop``, the iptables (and
+#: ip6tables) FORWARD policy DROP; ``nft-drop``, a native table ``inet
+#: nodefw`` whose forward chain drops by policy. Neither: nothing drops.
+NODE_FILTERS = ("iptables-drop", "nft-drop")
 
 #: Sysctls tuning may set in the fuzz: all per network namespace, so a write
 #: only ever reaches the pod. Values are valid ones.
@@ -150,6 +163,10 @@ def prev_result(plugin: str, version: str = CURRENT_VERSION) -> Any:
         doc = {"interfaces": [{"name": "eth0", "sandbox": POD}],
                "ips": [{"address": POD_IPS[0], "gateway": "10.99.0.1", "interface": 0},
                        {"address": POD_IPS[1], "gateway": "fd00:99::1", "interface": 0}]}
+    elif plugin == "firewall":  # after bridge: the bridge first (its ingressPolicy's)
+        doc = {"interfaces": [{"name": BRIDGE}, {"name": "eth0", "sandbox": POD}],
+               "ips": [{"address": POD_IPS[0], "gateway": "10.99.0.1", "interface": 1},
+                       {"address": POD_IPS[1], "interface": 1}]}
     elif plugin == "portmap":
         doc = {"interfaces": [{"name": PM_LINK}, {"name": "eth0", "sandbox": POD}],
                "ips": [{"address": POD_IPS[0], "gateway": "10.99.0.1", "interface": 1},
@@ -183,6 +200,8 @@ def base_config(plugin: str, version: str = CURRENT_VERSION) -> dict:
                     prevResult=prev_result(plugin, version))
     elif plugin == "sbr":
         conf["prevResult"] = prev_result(plugin, version)
+    elif plugin == "firewall":
+        conf.update(dataDir=FIREWALL, prevResult=prev_result(plugin, version))
     elif plugin == "vrf":
         conf.update(vrfname="cnskfzvrf", prevResult=prev_result(plugin, version))
     elif plugin == "bandwidth":
@@ -280,6 +299,22 @@ HINTS: dict[str, st.SearchStrategy[Any]] = {
     "priority": st.sampled_from([None, 0, 100]),
     "table": st.sampled_from([None, 0, 100]),
     "scope": st.sampled_from([None, 0, 253]),
+    # firewall: never "firewalld" (module docstring); junk (code 7) about a
+    # time in ten per key, so that most configs get past validation.
+    # sampled_from leans to its first items: the lists interleave what
+    # should be even.
+    "FirewallConf.backend": st.sampled_from(["iptables", "nftables", ""] * 6
+                                            + ["IPTABLES", "iptables ", None]),
+    "FirewallConf.ingressPolicy": st.sampled_from(["open", "same-bridge", "isolated"] * 5
+                                                  + ["", "Same-Bridge", 1]),
+    # valid (28 characters the most), names iptables refuses or that make a
+    # loop (a target, a built-in or our own chain), and ones the model refuses
+    "FirewallConf.iptablesAdminChainName": st.sampled_from(
+        ["FZ-ADMIN", "FORWARD", "", "CNI-FORWARD", "A" * 28, "ACCEPT", "fz_admin.1",
+         "CNI-ISOLATION-STAGE-2", "CNI-ADMIN"] + ["FZ-ADMIN", "", "CNI-ADMIN"] * 2
+        + ["-X", "!fz", "fz admin", "B" * 29, "fz\n", 5]),
+    "FirewallConf.firewalldZone": st.sampled_from(["", "trusted", "public", "fz zone"] * 2
+                                                  + [3]),
 }
 
 _IP_TYPES = (ipaddress.IPv4Address, ipaddress.IPv6Address)
@@ -373,11 +408,48 @@ _CONF_MODEL = {"bridge": BridgeConf, "host-local": HostLocalConf, "loopback": Ne
                "portmap": PortMapConf, "tuning": TuningConf, "macvlan": MacvlanConf,
                "ptp": PtpConf, "host-device": HostDeviceConf, "ipvlan": IPVlanConf,
                "vlan": VlanConf, "dummy": NetConf, "sbr": SbrConf, "static": StaticConf,
-               "flannel": FlannelConf, "bandwidth": BandwidthConf, "vrf": VrfConf}
+               "flannel": FlannelConf, "bandwidth": BandwidthConf, "vrf": VrfConf,
+               "firewall": FirewallConf}
 # Keys the base config sets (or the case adds) rather than the derivation.
 _BASE_KEYS = frozenset({"cniVersion", "name", "type", "bridge", "ipam", "prevResult", "dataDir",
                         "cni.dev/valid-attachments", "cni.dev/attachments", "master",
                         "device", "subnetFile", "delegate"})
+
+
+#: The firewall's own keys, each drawn on its own (present 3 times in 4)
+#: rather than with the model's other optional keys (once in 4).
+_FIREWALL_KEYS = ("backend", "ingressPolicy", "iptablesAdminChainName", "firewalldZone")
+# the first is the bridge ingressPolicy isolates; one name is over IFNAMSIZ
+# (iptables refuses it half-way through an ADD)
+_FW_IFACES = [{"name": BRIDGE}, {"name": "eth0", "sandbox": POD}, {"name": "cnskfz1"},
+              {"name": "eth1", "sandbox": POD}, {"name": ""}, {"name": "cnskfzlongname16"}]
+# Pod addresses: the usual (twice as likely), another pod's, a host prefix,
+# an IPv4-mapped IPv6 one, and ones a set may refuse (zero, broadcast).
+_FW_ADDRS = [*POD_IPS, *POD_IPS, "10.99.0.6/24", "fd00:99::6/64", "10.99.0.5/32",
+             "192.168.7.9/16", "::ffff:10.99.0.7/128", "0.0.0.0/0", "255.255.255.255/32",
+             "::/0"]
+
+
+@st.composite
+def firewall_prev_result(draw: st.DrawFn, version: str) -> Any:
+    """A prevResult of 0-3 interfaces and 0-4 addresses (v4 and v6; now and
+    then one naming an interface that is not there), in ``version``'s
+    shape when it can be written so (else as drawn)."""
+    # counts drawn from lists: st.lists leans to empty ones
+    ifaces = [draw(st.sampled_from(_FW_IFACES))
+              for _ in range(draw(st.sampled_from([0, 1, 2, 2, 3])))]
+    ips = []
+    for _ in range(draw(st.sampled_from([0, 1, 2, 2, 3, 4]))):
+        ip: dict[str, Any] = {"address": draw(st.sampled_from(_FW_ADDRS))}
+        index = draw(st.sampled_from([None, 0, 1, 1, 2, 7]))
+        if index is not None:
+            ip["interface"] = index
+        ips.append(ip)
+    doc = {"interfaces": ifaces, "ips": ips}
+    try:
+        return Result.model_validate(doc).to_version(version)
+    except (ValueError, CNIError):
+        return doc
 
 
 @st.composite
@@ -386,7 +458,20 @@ def configs(draw: st.DrawFn, plugin: str, verb: str, version: str) -> dict:
     model; for host-local and bridge also the ``ipam`` keys of
     `IPAMSettings`; a derived prevResult now and then."""
     conf = base_config(plugin, version)
-    conf.update(draw(from_model(_CONF_MODEL[plugin], skip=_BASE_KEYS, optional=0.25)))
+    if plugin == "firewall":
+        conf.update(draw(from_model(FirewallConf, skip=_BASE_KEYS | frozenset(_FIREWALL_KEYS),
+                                    optional=0.25)))
+        # weights as lists: st.integers and st.booleans lean to 0 / False
+        for key in _FIREWALL_KEYS:
+            if draw(st.sampled_from([True, True, True, False])):
+                conf[key] = draw(HINTS[f"FirewallConf.{key}"])
+        prev = draw(st.sampled_from(["drawn"] * 5 + ["base"] * 4 + ["none"]))
+        if prev == "drawn":
+            conf["prevResult"] = draw(firewall_prev_result(version))
+        elif prev == "none":
+            del conf["prevResult"]
+    else:
+        conf.update(draw(from_model(_CONF_MODEL[plugin], skip=_BASE_KEYS, optional=0.25)))
     if "ipam" in conf:
         extra = draw(from_model(IPAMSettings, skip=frozenset({"type", "dataDir", "ranges"}),
                                 optional=0.1))
@@ -394,7 +479,7 @@ def configs(draw: st.DrawFn, plugin: str, verb: str, version: str) -> dict:
         if draw(st.integers(0, 4)) == 0:
             conf["ipam"]["ranges"] = draw(from_model(IPAMSettings, optional=1.0).map(
                 lambda d: d.get("ranges", [])))
-    chained = ("portmap", "tuning", "loopback", "sbr", "bandwidth", "vrf")
+    chained = ("portmap", "tuning", "loopback", "sbr", "bandwidth", "vrf", "firewall")
     if plugin in chained and draw(st.integers(0, 5)) == 0:
         conf["prevResult"] = draw(derived_prev_result(version))
     if verb == "GC" or draw(st.integers(0, 9)) == 0:
@@ -613,7 +698,8 @@ class Case:
     """One fuzz input: ``env`` (CNI_* variables; absent ones are unset; str or
     bytes values, placeholders inside), ``config`` (a JSON object with
     placeholders) or ``raw`` (stdin bytes as is), ``setup`` (a valid ADD runs
-    first and a valid DEL after), ``notes`` (what was broken)."""
+    first and a valid DEL after), ``notes`` (what was broken), ``node`` (the
+    `NODE_FILTERS` the node has for the case)."""
 
     plugin: str
     verb: str
@@ -622,6 +708,7 @@ class Case:
     raw: bytes | None
     setup: bool
     notes: list[str] = field(default_factory=list)
+    node: tuple[str, ...] = ()
 
     def stdin(self) -> bytes:
         """stdin with placeholders still in."""
@@ -630,10 +717,17 @@ class Case:
         return json.dumps(self.config).encode()
 
 
-def _version_strategy(verb: str) -> st.SearchStrategy[str]:
+#: Plugins that refuse older versions of the spec (code 1) whatever the verb:
+#: their own versions are the valid ones, or most inputs would stop there.
+_PLUGIN_VERSIONS = {"firewall": Firewall.supported_versions}
+
+
+def _version_strategy(verb: str, plugin: str = "") -> st.SearchStrategy[str]:
     # Mostly a version the verb is defined for; any version of the spec now and then.
     valid = {"CHECK": ALL_VERSIONS[4:], "GC": ("1.1.0",), "STATUS": ("1.1.0",)}.get(
         verb, ALL_VERSIONS)
+    if plugin in _PLUGIN_VERSIONS:
+        valid = tuple(v for v in valid if v in _PLUGIN_VERSIONS[plugin])
     return st.sampled_from(valid) | st.just(CURRENT_VERSION) | st.sampled_from(ALL_VERSIONS)
 
 
@@ -642,7 +736,7 @@ def cases(draw: st.DrawFn, plugin: str, verb: str) -> Case:
     """One `Case` for ``plugin`` and ``verb``: valid about 40% of the time,
     else a broken environment, a broken config, or both."""
     notes: list[str] = []
-    version = draw(_version_strategy(verb))
+    version = draw(_version_strategy(verb, plugin))
     conf = draw(configs(plugin, verb, version))
     setup = verb in ("DEL", "CHECK", "GC") and draw(st.booleans())
     if verb == "CHECK" and setup and plugin in ("bridge", "host-local", "loopback") \
@@ -666,4 +760,7 @@ def cases(draw: st.DrawFn, plugin: str, verb: str) -> Case:
             raw = draw(raw_stdin(conf, notes))
         else:
             conf = draw(mutated(conf, notes))
-    return Case(plugin, verb, env, None if raw is not None else conf, raw, setup, notes)
+    node: tuple[str, ...] = ()
+    if plugin == "firewall":
+        node = draw(st.sampled_from([NODE_FILTERS, *((f,) for f in NODE_FILTERS), ()]))
+    return Case(plugin, verb, env, None if raw is not None else conf, raw, setup, notes, node)

@@ -19,7 +19,8 @@ every call:
 * warm mode: the suite's worker is the same process and answers ping;
 
 and after the example: a failed ADD left nothing (links, addresses, nftables
-objects and elements in both namespaces, sysctls, files in the dataDirs),
+objects and elements in both namespaces, iptables-nft's rules, ipset entries,
+sysctls, files in the dataDirs),
 ADD then DEL left nothing, CHECK, STATUS and VERSION changed nothing, and
 the namespaces are back to the baseline. A difference is reported, the
 namespaces are made afresh and the run goes on.
@@ -34,6 +35,13 @@ Size: ``CNI_SKEL_FUZZ_EXAMPLES`` inputs in total, split evenly across the
 plugin x verb x mode test functions (default `DEFAULT_PER_TEST` each, a
 bounded CI slice); derandomized unless ``CNI_SKEL_FUZZ_SEED`` is set or more
 than the default is asked for (the seed used is then in the summary).
+
+firewall: the node namespace gets, per example, the node filter the case
+names (`strategies.NODE_FILTERS`: an iptables FORWARD policy DROP, a native
+nftables forward chain dropping by policy, both or neither), the baseline
+retaken when it changes; every call gets ``DBUS_SYSTEM_BUS_ADDRESS`` naming
+a socket that does not exist, so no plugin ever asks the machine's D-Bus
+(firewall then takes iptables + nftables when no backend is configured).
 
 ipvlan, vlan, dummy and vrf (`strategies.KERNEL_PLUGINS`) have a test function of
 their own, marked with the kernel feature each needs: on a host whose kernel
@@ -64,6 +72,7 @@ from kernelvm import IN_VM_ENV
 from cni_skel import netlink
 from cni_skel.harness import TestNetNS, create_netns, remove_netns
 from cni_skel.netns import NetNS
+from cni_skel.nft import Nft
 from cni_skel.types import parse_result
 from cni_skel.version import ALL_VERSIONS
 from cni_skel.warm import client as launcher
@@ -81,6 +90,9 @@ VM_MAX_PER_TEST = 8
 N_TESTS = len(S.PLUGINS) * len(S.VERBS) * len(MODES)
 CALL_TIMEOUT = 120.0
 IP = shutil.which("ip") or "/usr/sbin/ip"
+DBUS_ENV = "DBUS_SYSTEM_BUS_ADDRESS"
+#: The node's own nftables filter of `strategies.NODE_FILTERS` "nft-drop".
+NODE_FW = {"family": "inet", "name": "nodefw"}
 NODE_SYSCTLS = ["net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding",
                 *(f"net/ipv4/conf/{i}/route_localnet" for i in ("all", "lo", S.PM_LINK, S.BRIDGE))]
 POD_SYSCTLS = S.sysctl_paths()
@@ -239,6 +251,7 @@ class Deviation:
     env: dict[bytes, bytes]
     stdin: bytes
     setup: bool
+    node: tuple[str, ...] = ()
 
     @property
     def size(self) -> int:
@@ -246,12 +259,14 @@ class Deviation:
 
     def render(self) -> str:
         env = " ".join(f"{k.decode()}={_abbrev(v, 200)!r}" for k, v in self.env.items()
-                       if k.startswith(b"CNI_") and k != b"CNI_SKEL_WORKER_REQUIRED")
+                       if (k.startswith(b"CNI_") and k != b"CNI_SKEL_WORKER_REQUIRED")
+                       or k == DBUS_ENV.encode())
         return "\n".join([
             f"[{self.mode}] {self.plugin} {self.verb}: {self.cls}",
             f"    {self.detail[:1500]}",
             f"    broken: {', '.join(self.notes) or 'nothing (a valid input)'}"
             + ("; after a valid setup ADD" if self.setup else ""),
+            *([f"    node filter: {', '.join(self.node)}"] if self.node else []),
             f"    env: {env}",
             f"    stdin ({len(self.stdin)} bytes): {_abbrev(self.stdin)}",
             f"    run as: ip netns exec <node netns> <bin dir>/{self.plugin} (mode {self.mode}),"
@@ -278,6 +293,7 @@ class Rig:
     pod: TestNetNS | None = None
     observer: snapshot.Observer | None = None
     baseline: snapshot.Snapshot = field(default_factory=dict)
+    node_filter: tuple[str, ...] = ()  # strategies.NODE_FILTERS the node has now
     inputs: int = 0
     calls: int = 0
     resets: int = 0
@@ -307,7 +323,8 @@ class Rig:
                 S.HOSTDEV: os.path.join(self.data, "host-device"),
                 S.RESOLV: os.path.join(self.root, "resolv.conf"), S.CID: cid,
                 S.SUBNET: os.path.join(self.root, "subnet.env"),
-                S.FLANNEL: os.path.join(self.data, "flannel")}
+                S.FLANNEL: os.path.join(self.data, "flannel"),
+                S.FIREWALL: os.path.join(self.data, "firewall")}
 
     def start(self) -> None:
         self.started = time.monotonic()
@@ -346,18 +363,41 @@ class Rig:
                     NetNS.open(self.pod.path) as pod:
                 netlink.create_veth_pair(ipr, S.BW_HOST, "eth0", peer_netns=pod)
                 netlink.link_up(ipr, S.BW_HOST)
+        self._filter(self.node_filter, ())
         self.observer = snapshot.Observer({"node": self.node.path, "pod": self.pod.path},
                                           [self.data], {"node": NODE_SYSCTLS, "pod": POD_SYSCTLS})
-        # The network's lasting infrastructure (bridge, nftables layout) is
-        # made by the first ADD; a node has it before the pods that matter.
-        for verb in ("ADD", "DEL") if self.plugin in ("bridge", "portmap", "ptp", "flannel") \
-                else ():
+        # The network's lasting infrastructure (bridge, nftables layout,
+        # iptables' tables) is made by the first ADD; a node has it before
+        # the pods that matter.
+        for verb in ("ADD", "DEL") if self.plugin in ("bridge", "portmap", "ptp", "flannel",
+                                                      "firewall") else ():
             call = self.call(self.valid_env(verb, "fzprime"), self.valid_stdin("fzprime"))
             devs = contract(call, verb, b"")
             if call.exit_code != 0 or devs:
                 raise AssertionError(f"priming {self.plugin} with a valid {verb} failed "
                                      f"[{self.mode}]: {call.brief()}; {devs}")
         self.baseline = self.snap()
+
+    def _filter(self, want: tuple[str, ...], have: tuple[str, ...]) -> None:
+        """Switch the node's own filter from ``have`` to ``want`` (both of
+        `strategies.NODE_FILTERS`), inside the node namespace only."""
+        assert self.node is not None
+        if ("iptables-drop" in want) != ("iptables-drop" in have):
+            policy = "DROP" if "iptables-drop" in want else "ACCEPT"
+            for tool in ("iptables", "ip6tables"):
+                subprocess.run([IP, "netns", "exec", self.node.name, tool, "-w", "10", "-P",
+                                "FORWARD", policy], capture_output=True, timeout=60,
+                               check=True)
+        if ("nft-drop" in want) != ("nft-drop" in have):
+            if "nft-drop" in want:
+                cmds = [{"add": {"table": NODE_FW}},
+                        {"add": {"chain": {"family": NODE_FW["family"], "table": NODE_FW["name"],
+                                           "name": "forward", "type": "filter",
+                                           "hook": "forward", "prio": 0, "policy": "drop"}}}]
+            else:
+                cmds = [{"delete": {"table": NODE_FW}}]
+            with NetNS.open(self.node.path) as ns:
+                ns.run(lambda: Nft().run(cmds, what="the node's own filter"))
 
     def _drop_namespaces(self) -> None:
         if self.observer is not None:
@@ -381,7 +421,9 @@ class Rig:
         return data
 
     def env(self, values: dict[str, str | bytes], cid: str) -> dict[bytes, bytes]:
-        env = {b"PATH": os.environb.get(b"PATH", b"/usr/sbin:/usr/bin:/sbin:/bin")}
+        env = {b"PATH": os.environb.get(b"PATH", b"/usr/sbin:/usr/bin:/sbin:/bin"),
+               # the machine's D-Bus is never asked (firewall's firewalld)
+               DBUS_ENV.encode(): f"unix:path={self.root}/no-dbus/bus".encode()}
         if os.environ.get(launcher.REQUIRED_ENV):  # warm mode: no quiet one-shot fallback
             env[launcher.REQUIRED_ENV.encode()] = os.environ[launcher.REQUIRED_ENV].encode()
         for key, value in values.items():
@@ -444,6 +486,10 @@ class Rig:
         if self.worker_deaths or self.check_worker("noticed before the next input"):
             return  # every call would be answered 11 now; the death is reported
         self.inputs += 1
+        if case.node != self.node_filter:
+            self._filter(case.node, self.node_filter)
+            self.node_filter = case.node
+            self.baseline = self.snap()
         cid = f"fz{next(self._ids):05d}"
         found: list[tuple[str, str]] = []
         setup_result = None
@@ -500,8 +546,9 @@ class Rig:
         if shown and not state:
             state.append(("state-left-behind", "; ".join(shown)))
         self.last = Deviation("", "", self.plugin, self.verb, self.mode, case.notes,
-                              {k: v for k, v in env.items() if k.startswith(b"CNI_")}, stdin,
-                              case.setup)
+                              {k: v for k, v in env.items()
+                               if k.startswith(b"CNI_") or k == DBUS_ENV.encode()}, stdin,
+                              case.setup, case.node)
         for cls, detail in found + state:
             self._record(dataclasses.replace(self.last, cls=cls, detail=detail))
         if not self.check_worker() and changes:
