@@ -367,3 +367,7 @@ def test_firewalld_backend_as_go(firewall, bridge, netns_factory, tmp_path):
         gc = fw_conf(None, version="1.1.0", dataDir=fw_dir, **{"cni.dev/valid-attachments": []})
         call(firewall, "GC", gc, n.node, None, env=env)
         assert sources() == set() and os.listdir(fw_dir) == []
+        call(firewall, "ADD", conf("c1", backend="firewalld"), n.node, pods["c1"][0], env=env)
+    # firewalld stopped (its runtime sources gone with it): DEL still succeeds
+    call(firewall, "DEL", conf("c1", backend="firewalld"), n.node, pods["c1"][0], env=env)
+    assert os.listdir(fw_dir) == []

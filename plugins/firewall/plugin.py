@@ -304,6 +304,8 @@ def _ipset_delete(name: str, address: str) -> None:
 
 
 def _firewalld_remove(zone: str, sources: list[str]) -> None:
+    if not Firewalld.running():  # its runtime sources went with it: nothing to undo
+        return
     with Firewalld() as fwd:
         for src in sources:
             fwd.remove_source(zone, src)
