@@ -65,6 +65,9 @@ class IPTables:
         except subprocess.TimeoutExpired:
             raise CNIError(ERR_INTERNAL, f"{' '.join(argv)} did not finish in "
                                          f"{self.timeout:g} s") from None
+        except OSError as exc:  # E2BIG for a huge rule, EACCES, ...
+            raise CNIError(ERR_INTERNAL, f"{self.tool} could not be run: {exc.strerror or exc}",
+                           " ".join(argv)[:500]) from None
         if proc.returncode == 0:
             return True
         if proc.returncode in absent:

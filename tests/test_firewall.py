@@ -25,6 +25,7 @@ from podlink_common import call, call_raw, check_fails, go_exe, host_local, make
 from cni_skel import CNIError, netlink
 from cni_skel.harness import TestNetNS, tcp_echo
 from cni_skel.ipset import IPSets
+from cni_skel.iptables import IPTables
 from cni_skel.netns import NetNS
 from cni_skel.nft import Nft
 
@@ -318,6 +319,12 @@ def test_missing_prev_result_and_old_versions(firewall, bridge, netns_factory, t
         call(firewall, "ADD", fw_conf(dict(prev, interfaces=[]), ingressPolicy="same-bridge"),
              n.node, pod)
     assert e.value.code == 7 and "chain" in e.value.msg
+    # ... and one a link can have: it goes into iptables rules
+    for name in ("x" * 200_000, "br 0", "br%d"):
+        with pytest.raises(CNIError) as e:
+            call(firewall, "ADD", fw_conf(dict(prev, interfaces=[{"name": name}]),
+                                          ingressPolicy="isolated"), n.node, pod)
+        assert e.value.code == 7 and "interfaces[0].name" in e.value.msg
     # Go's firewall speaks 0.4.0 and later only
     with pytest.raises(CNIError) as e:
         call(firewall, "ADD", fw_conf(prev, version="0.3.1"), n.node, pod)
@@ -371,3 +378,12 @@ def test_firewalld_backend_as_go(firewall, bridge, netns_factory, tmp_path):
     # firewalld stopped (its runtime sources gone with it): DEL still succeeds
     call(firewall, "DEL", conf("c1", backend="firewalld"), n.node, pods["c1"][0], env=env)
     assert os.listdir(fw_dir) == []
+
+
+def test_iptables_that_can_not_run_is_a_cni_error(netns_factory):
+    """An argument list the kernel will not exec (E2BIG) is code 999 naming
+    the tool, not an OSError out of the plugin."""
+    with pytest.raises(CNIError) as e:
+        in_ns(netns_factory("cnsk-node"), IPTables(4).exists, "FORWARD",
+              ["-s", "x" * 300_000, "-j", "ACCEPT"])
+    assert e.value.code == 999 and "iptables could not be run" in e.value.msg

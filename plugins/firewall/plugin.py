@@ -39,6 +39,7 @@ from typing import Any, Literal
 from pydantic import Field, StrictStr
 
 from cni_skel import CmdArgs, CNIError, NetConf, Plugin, Result
+from cni_skel.env import ifname_problem
 from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG
 from cni_skel.ipset import COMMENT_MAX, IPSets
 from cni_skel.nft import Nft
@@ -139,7 +140,7 @@ class Firewall(Plugin):
 
         Raises:
             CNIError: 7 without prevResult, or ``same-bridge``/``isolated``
-                with no interface in it; 5 when the record can not be
+                with no interface in it (or one no link can be named); 5 when the record can not be
                 written; 999 when iptables, ipset, nftables or firewalld
                 refuse (naming what), or iptables is missing.
         """
@@ -180,7 +181,13 @@ class Firewall(Plugin):
             raise CNIError(ERR_INVALID_NETWORK_CONFIG,
                            f'interface needs to be set for ingress policy "{conf.ingress_policy}", '
                            'make sure to chain "firewall" plugin with "bridge"')
-        return prev.interfaces[0].name
+        name = prev.interfaces[0].name
+        problem = ifname_problem(name)
+        if problem is not None:  # it goes into iptables rules: refused before any
+            raise CNIError(ERR_INVALID_NETWORK_CONFIG,
+                           f"prevResult interfaces[0].name for ingress policy "
+                           f'"{conf.ingress_policy}": {problem[0]}', problem[1])
+        return name
 
     @staticmethod
     def _ipset_add(conf: FirewallConf, addrs: list[IP], tag: str, undo: Any) -> dict:
