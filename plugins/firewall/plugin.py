@@ -140,9 +140,10 @@ class Firewall(Plugin):
 
         Raises:
             CNIError: 7 without prevResult, or ``same-bridge``/``isolated``
-                with no interface in it (or one no link can be named); 5 when the record can not be
-                written; 999 when iptables, ipset, nftables or firewalld
-                refuse (naming what), or iptables is missing.
+                with no interface in it (or one no link can be named); 5
+                when the record can not be written; 999 when iptables,
+                ipset, nftables or firewalld refuse (naming what), or
+                iptables is missing.
         """
         prev = self._prev(conf)
         check_expressible(conf.cni_version, prev)
