@@ -70,19 +70,22 @@ from pyroute2.netlink.rtnl import (
     RTM_DELRULE,
     RTM_GETADDR,
     RTM_GETLINK,
+    RTM_GETNSID,
     RTM_GETROUTE,
     RTM_GETRULE,
     RTM_NEWADDR,
     RTM_NEWLINK,
+    RTM_NEWNSID,
     RTM_NEWRULE,
     RTM_SETLINK,
 )
 from pyroute2.netlink.rtnl.fibmsg import fibmsg
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg, macvx_data
+from pyroute2.netlink.rtnl.nsidmsg import nsidmsg
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
-from cni_skel import compat
+from cni_skel import compat, linkbatch
 from cni_skel.env import ifname_problem
 from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, CNIError
 from cni_skel.netns import CLONE_NEWNET, setns
@@ -137,6 +140,7 @@ __all__ = [
     "link_up",
     "links",
     "move_link",
+    "netnsid",
     "route_get",
     "routes",
     "rules",
@@ -526,6 +530,7 @@ _NLA_TYPE_MASK = ~(NLA_F_NESTED | NLA_F_NET_BYTEORDER)
 _LINK_SUMMARY = _link_marshal(_ifinfmsg_summary)
 _LINK_HEAD = _link_marshal(_ifinfmsg_head)
 _LINK_DELETED = _link_marshal(_ifinfmsg_summary, RTM_DELLINK)
+_NSID = _link_marshal(nsidmsg, RTM_NEWNSID)
 
 
 def _link_msg(name: Link | str | int) -> Any:
@@ -565,6 +570,38 @@ def find_link(ipr: Socket, name: Link | str | int) -> Link | None:
     if not msgs:
         return None
     return _link_summary(msgs[0])
+
+
+def netnsid(ipr: Socket, netns: int | Socket) -> int | None:
+    """The id ``ipr``'s namespace knows another by (what a `Link`'s
+    ``link_netnsid`` holds: a veth's peer there); None when it has given it
+    none. ``netns``: that namespace as an open fd, or a socket of it (its
+    namespace read with SIOCGSKNS). One RTM_GETNSID (Go:
+    ``netlink.GetNetNsIdByFd``; ``ip netns list-id``).
+
+    Raises:
+        CNIError: code 999 for netlink failures (EBADF: not a namespace fd;
+            a socket whose namespace the kernel will not tell).
+    """
+    if isinstance(netns, int):
+        return _netnsid(ipr, netns)
+    try:
+        fd = fcntl.ioctl(netns.fileno(), _SIOCGSKNS)
+    except OSError as e:
+        raise CNIError(ERR_INTERNAL, f"get netns id: {_errmsg(e)}") from e
+    try:
+        return _netnsid(ipr, fd)
+    finally:
+        os.close(fd)
+
+
+def _netnsid(ipr: Socket, fd: int) -> int | None:
+    msg = nsidmsg()
+    msg["attrs"].append(["NETNSA_FD", fd])
+    msgs = _request("get netns id", fd, ipr, msg, RTM_GETNSID, NLM_F_REQUEST, marshal=_NSID)
+    nsid = msgs[0].get_attr("NETNSA_NSID") if msgs else None
+    # NETNSA_NSID_NOT_ASSIGNED (-1) arrives as an unsigned 32-bit value
+    return None if nsid is None or nsid >= 0x80000000 else nsid
 
 
 def link_flags(ipr: Socket, name: Link | str | int) -> int | None:
@@ -775,6 +812,7 @@ def _delete_unlisted(ipr: Socket, name: Link | str | int, ignore: tuple[int, ...
     def delete() -> None:
         try:
             try:
+                batched = _node_namespace(ns_fd)
                 setns(ns_fd, CLONE_NEWNET)  # this thread's only
             except OSError:  # never a request from another namespace: the caller sends it
                 outcome["elsewhere"] = True
@@ -790,8 +828,14 @@ def _delete_unlisted(ipr: Socket, name: Link | str | int, ignore: tuple[int, ...
             finally:
                 watching.set()
             with Rtnl() as own:
-                outcome["answer"] = _request("delete link", name, own, msg, RTM_DELLINK,
-                                             _REQ, ignore=ignore)
+                answer = _UNBATCHED
+                if batched:
+                    answer = _call("delete link", name, _delete_batched, own, name,
+                                   ignore=ignore)
+                outcome["answer"] = answer
+                if answer is _UNBATCHED:
+                    outcome["answer"] = _request("delete link", name, own, msg, RTM_DELLINK,
+                                                 _REQ, ignore=ignore)
         except BaseException as exc:  # raised by the caller when it waits for this
             outcome["error"] = exc
         finally:
@@ -829,6 +873,31 @@ def _delete_unlisted(ipr: Socket, name: Link | str | int, ignore: tuple[int, ...
     if "error" in outcome:
         raise outcome["error"]
     return outcome.get("answer")
+
+
+_UNBATCHED = ("unbatched",)
+
+
+def _node_namespace(ns_fd: int) -> bool:
+    """Is ``ns_fd`` the namespace this process runs in (a node's, where
+    concurrent DELs delete their host ends: `cni_skel.linkbatch`)?"""
+    return os.fstat(ns_fd).st_ino == os.stat("/proc/self/ns/net").st_ino
+
+
+def _delete_batched(own: Rtnl, name: Link | str | int) -> Any:
+    """`linkbatch.delete` as a request's answer: ``()`` deleted, raises
+    ENODEV when missing, ``_UNBATCHED`` when it could not batch. Only a
+    link with a kind (IFLA_INFO_KIND: the kernel's rtnl_link_ops, which a
+    group deletion needs) joins a batch."""
+    link = find_link(own, name)
+    if link is None:
+        raise NetlinkError(errno.ENODEV)
+    if link.kind is None:
+        return _UNBATCHED
+    deleted = linkbatch.delete(own, link.index)
+    if deleted is False:
+        raise NetlinkError(errno.ENODEV)
+    return _UNBATCHED if deleted is None else ()
 
 
 def _unlisted(watch: socket.socket, done: int, index: int | None,

@@ -18,8 +18,8 @@ identity (st_dev, st_ino of ``/proc/thread-self/ns/net``) and the thread,
 least recently used dropped first, all dropped in a forked child (their
 sockets are the parent's). They hold no data of a request (each command's
 output and error buffers are read and reset with it). `release_contexts`
-drops them all (a long-lived worker calls it between requests when it
-wants no namespace kept alive: a context's socket pins its namespace).
+drops them (a long-lived process keeps its own namespace's only: a
+context's socket pins its namespace).
 
 Elements of sets that plugins share between containers carry an *attachment
 tag* (`attachment_tag`) as their nftables comment, so DEL and GC can find a
@@ -198,15 +198,28 @@ def _forked() -> None:
 os.register_at_fork(after_in_child=_forked)
 
 
-def release_contexts() -> None:
-    """Drop every libnftables context this process keeps (their sockets
-    close once no `Nft` uses them), and close the kept `lookup` sockets.
-    The next `Nft` or `lookup` makes a new one."""
+def release_contexts(*, keep_netns: int | str | None = None) -> None:
+    """Drop the libnftables contexts this process keeps (their sockets
+    close once no `Nft` uses them), and close the kept `lookup` sockets:
+    all of them, or with ``keep_netns`` (an open fd or a path of a network
+    namespace) all but those made in that namespace. A kept socket keeps
+    its namespace alive: a long-lived process keeps its own namespace's
+    only (the cni-skel worker's serving processes do after each call). The
+    next `Nft` or `lookup` elsewhere makes a new one.
+
+    Raises:
+        OSError: ``keep_netns`` can not be read.
+    """
+    kept = None
+    if keep_netns is not None:
+        st = os.fstat(keep_netns) if isinstance(keep_netns, int) else os.stat(keep_netns)
+        kept = (st.st_dev, st.st_ino)
     with _contexts_lock:
-        _contexts.clear()
-        _context_fds.clear()
-        socks = list(_sockets.values())
-        _sockets.clear()
+        _forget_parents_locked()
+        for key in [k for k in _contexts if k[1:3] != kept]:
+            del _contexts[key]
+            _context_fds.pop(key, None)
+        socks = [_sockets.pop(k) for k in [k for k in _sockets if k[0:2] != kept]]
     for sock in socks:
         sock.close()
 

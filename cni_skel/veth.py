@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from .netlink import Link, Socket
     from .netns import NetNS
 
-__all__ = ["VETH_TRIES", "random_veth_name", "setup_veth"]
+__all__ = ["VETH_TRIES", "delete_veth", "random_veth_name", "setup_veth"]
 
 VETH_TRIES = 10  # fresh random host-side names before giving up (Go: 10)
 
@@ -97,3 +97,30 @@ def setup_veth(ipr: Socket, netns: NetNS, ifname: str, *, mtu: int | None = None
         netlink.delete_link(ipr, host)  # takes the container end with it
         raise
     return host, cont
+
+
+def delete_veth(ipr: Socket, peer_ipr: Socket, ifname: str) -> bool:
+    """Delete the pod's veth ``ifname`` (in ``peer_ipr``'s namespace) by
+    its host end in ``ipr``'s (the node's): the pair goes as one, and the
+    node's concurrent DELs share one kernel wait for their host ends
+    (`cni_skel.netlink.delete_link` batches the deletions of its process's
+    own namespace; a pod's namespace has one link to delete). The host end
+    is the container end's peer only when the pod's namespace names
+    ``ipr``'s as the peer's (`cni_skel.netlink.netnsid`): else, and for a
+    link that is no veth, ``ifname`` itself is deleted in the pod, as Go's
+    DEL does (``ip.DelLinkByName``). Call it from the node's namespace.
+
+    Returns:
+        True when a link was deleted; False when the pod had no ``ifname``.
+
+    Raises:
+        CNIError: 999 for kernel errors.
+    """
+    cont = netlink.find_link(peer_ipr, ifname)
+    if cont is None:
+        return False
+    if (cont.kind == "veth" and cont.peer_index and cont.link_netnsid is not None
+            and netlink.netnsid(peer_ipr, ipr) == cont.link_netnsid
+            and netlink.delete_link(ipr, cont.peer_index)):
+        return True
+    return netlink.delete_link(peer_ipr, cont)

@@ -19,7 +19,7 @@ from cni_skel.rtnl import Rtnl
 from cni_skel.skel import Plugin
 from cni_skel.sysctl import enable_forward, write_sysctl
 from cni_skel.types import Interface, Result, Route, check_expressible
-from cni_skel.veth import VETH_TRIES, random_veth_name, setup_veth
+from cni_skel.veth import VETH_TRIES, delete_veth, random_veth_name, setup_veth
 
 from .config import BridgeArgs, BridgeConf
 from .rules import MASQ_FAMILY, SPOOF_FAMILY, TABLE, SpoofCheck, masquerade
@@ -468,8 +468,8 @@ class Bridge(Plugin):
         if args.netns:
             netns = open_netns(args.netns, missing_ok=True)
             if netns is not None:
-                with netns, netns.rtnl() as cipr:
-                    netlink.delete_link(cipr, args.ifname, missing_ok=True)
+                with netns, Rtnl() as ipr, netns.rtnl() as cipr:
+                    delete_veth(ipr, cipr, args.ifname)
         if conf.layer3:
             assert conf.ipam is not None
             delegate_del(conf.ipam.type, args.stdin_data, args)

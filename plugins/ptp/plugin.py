@@ -23,7 +23,7 @@ from cni_skel.rollback import rollback
 from cni_skel.rtnl import Rtnl
 from cni_skel.sysctl import enable_forward
 from cni_skel.tags import attachment_tag
-from cni_skel.veth import setup_veth
+from cni_skel.veth import delete_veth, setup_veth
 from pydantic import Field
 
 __all__ = ["Ptp", "PtpConf"]
@@ -104,12 +104,12 @@ class Ptp(Plugin):
         return result
 
     def delete(self, args: CmdArgs, conf: PtpConf) -> None:
-        """IPAM DEL, the pod's veth (the host end goes with it), masquerade
+        """IPAM DEL, the pod's veth (by its host end: `delete_veth`), masquerade
         by the attachment's tag. Repeatable; a gone netns is fine."""
         delegate_del(conf.ipam.type, args.stdin_data, args)
         if pod := open_netns(args.netns, missing_ok=True):
-            with pod, pod.rtnl() as cipr:
-                netlink.delete_link(cipr, args.ifname)
+            with pod, Rtnl() as ipr, pod.rtnl() as cipr:
+                delete_veth(ipr, cipr, args.ifname)
         if conf.ip_masq:
             teardown_ip_masq(conf.name, attachment_tag(args.container_id, args.ifname))
 
