@@ -113,7 +113,7 @@ def test_fallback_none_native_launcher_never_starts_python(wdir, node_netns, pod
         assert run_plugin(exe, "ADD", lo_conf(), container_id="np2", netns=pod_netns.path,
                           ifname="lo", node=node_netns)["interfaces"][0]["name"] == "lo"
         (line,) = _served(w, "np2")
-        assert 'launcher="native none"' in line and " exit=0 " in line, line
+        assert " launcher=native fallback=none " in line and " exit=0 " in line, line
     finally:
         w.stop()
 

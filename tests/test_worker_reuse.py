@@ -24,7 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from conftest import HERE, SuiteWorker
 
-from cni_skel.harness import run_plugin_raw
+from cni_skel import netlink
+from cni_skel.harness import remove_netns, run_plugin_raw
+from cni_skel.netns import NetNS
 from cni_skel.warm.install import plugin_registry, write_executable
 
 PROBE_REF = "worker_plugins.probe:WorkerProbe"
@@ -322,9 +324,7 @@ def test_a_stalled_pool_grows_past_max_processes(wdir, netns_factory):
         p.stop()
 
 
-def test_kept_nftables_contexts_do_not_end_the_process(pool, wdir):
-    """A masquerading bridge ADD leaves a libnftables context (its netlink
-    socket) for the next call in that namespace: not a leaked fd."""
+def _masquerading_bridge(pool, wdir) -> tuple[str, dict]:
     bin_dir = os.path.dirname(pool.exe)
     for name in ("bridge", "host-local"):
         write_executable(bin_dir, name, plugin_registry()[name], worker_socket=pool.worker.sock,
@@ -333,8 +333,40 @@ def test_kept_nftables_contexts_do_not_end_the_process(pool, wdir):
             "isGateway": True, "ipMasq": True,
             "ipam": {"type": "host-local", "dataDir": os.path.join(wdir, "ipam"),
                      "ranges": [[{"subnet": "10.89.0.0/24"}]]}}
-    run = run_plugin_raw(os.path.join(bin_dir, "bridge"), "ADD", conf, container_id="masq1",
-                         netns=pool.pod.path, node=pool.node)
+    return os.path.join(bin_dir, "bridge"), conf
+
+
+def test_kept_nftables_contexts_do_not_end_the_process(pool, wdir):
+    """A masquerading bridge ADD's libnftables context (its netlink socket)
+    is dropped or kept by the process after the call: not a leaked fd."""
+    exe, conf = _masquerading_bridge(pool, wdir)
+    run = run_plugin_raw(exe, "ADD", conf, container_id="masq1", netns=pool.pod.path,
+                         node=pool.node)
     assert run.exit_code == 0, run
     time.sleep(0.5)  # the process puts itself back after the answer
     assert "recycled" not in pool.worker.log(), pool.worker.log()
+
+
+def test_a_call_keeps_no_namespace_of_its_caller_alive(pool, wdir, netns_factory):
+    """After a call, an idle serving process holds nothing of the caller's
+    node namespace (nftables sockets included: issue 36), so a node
+    namespace whose name is removed goes with its links: the veth it had
+    with a witness namespace loses its other end there."""
+    exe, conf = _masquerading_bridge(pool, wdir)
+    witness = netns_factory("cnsk-wit")
+    with NetNS.open(pool.node.path) as node, node.rtnl() as ipr, \
+            NetNS.open(witness.path) as wit:
+        netlink.create_veth_pair(ipr, "cnsk-pin0", "cnsk-pin1", peer_netns=wit)
+    (server,) = pool.processes()
+    for verb in ("ADD", "DEL"):
+        run = run_plugin_raw(exe, verb, conf, container_id="masq2", netns=pool.pod.path,
+                             node=pool.node)
+        assert run.exit_code == 0, run
+    wait_idle(server)
+    assert pool.processes() == {server}  # the same process, not a fresh one
+    remove_netns(pool.node)
+    deadline = time.monotonic() + 10
+    with NetNS.open(witness.path) as wit, wit.rtnl() as wipr:
+        while netlink.find_link(wipr, "cnsk-pin1") is not None:
+            assert time.monotonic() < deadline, "the removed node namespace is kept alive"
+            time.sleep(0.05)

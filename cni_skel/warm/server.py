@@ -1102,8 +1102,9 @@ class WorkerChild:
                                  f"{len(fds)} fds (protocol {version})")
             # fields[2], the launcher's pythonpath, is for its own one-shot runs only.
             _, ref_b, _, cwd_b, umask_b, env_b, stdin = fields[:7]
-            launcher = fields[7].decode("utf-8", "replace")[:64] if version >= 2 \
-                else "protocol 1"
+            # "<kind> <fallback>" ("native oneshot"): logged as two facts
+            launcher, _, fallback = fields[7].decode("utf-8", "replace")[:64].partition(" ") \
+                if version >= 2 else ("protocol 1", "", "")
             ref = ref_b.decode()
             umask = int(umask_b or b"18") & 0o777
         except (ValueError, UnicodeDecodeError) as exc:
@@ -1125,7 +1126,7 @@ class WorkerChild:
                 for v in (cid, cmd, ref, version_s, netns))]))
         plugin = self.plugins.get(ref)
         line = _RequestLine(self.log, cid, cmd, getattr(plugin, "name", None) or ref, netns,
-                            launcher, start, self._report_done)
+                            launcher, start, self._report_done, fallback=fallback)
 
         # Who is calling decides before anything of the request is acted on.
         try:
@@ -1187,16 +1188,21 @@ class WorkerChild:
 
 class _RequestLine:
     """The one log line a request gets (logfmt): time, container ID, verb,
-    plugin, netns, launcher, outcome, duration in ms, and the error's code
+    plugin, netns, launcher (its kind: native, python) and its fallback
+    (what it does when the worker can not serve: oneshot, none; the call
+    itself was served here), outcome, duration in ms, and the error's code
     and msg when it failed. ``report``: also called with (plugin, verb,
     outcome, code, seconds) for the parent's metrics."""
 
     def __init__(self, log: LogSink, cid: str, cmd: str, plugin: str, netns: str,
-                 launcher: str, start: float, report: Any = None) -> None:
+                 launcher: str, start: float, report: Any = None, *,
+                 fallback: str = "") -> None:
         self.log, self.start, self.report = log, start, report
         self.plugin, self.verb = plugin, cmd or "-"
         self.fields = [("cid", cid or "-"), ("verb", self.verb), ("plugin", plugin),
                        ("netns", netns or "-"), ("launcher", launcher)]
+        if fallback:
+            self.fields.append(("fallback", fallback))
 
     def write(self, outcome: str, note: str = "", out: bytes = b"",
               exit_code: int | None = None) -> None:
@@ -1396,7 +1402,9 @@ class ProcessBaseline:
 
     Put back: fds 0-2 (`restore_stdio`) and the ``sys`` streams, network and
     mount namespaces (setns to the process's own), cwd, umask, environment,
-    ``sys.path``, and the netns fd hand-over. Checked, never guessed at:
+    ``sys.path``, and the netns fd hand-over; nftables contexts of other
+    namespaces than the process's own are dropped (they would keep those
+    alive). Checked, never guessed at:
     threads (setns of a mount namespace needs a single thread), open fds,
     signal handlers, the signal mask and timers, user and group ids,
     resource limits, capability sets and no_new_privs, the identity of every
@@ -1468,6 +1476,8 @@ class ProcessBaseline:
             os.umask(self.umask)
             _set_environ(self.environ)
             sys.path[:] = self.path
+            # nftables sockets of the caller's namespaces would keep them alive
+            nft.release_contexts(keep_netns=self.ns_fds["net"])
         except Exception as exc:
             return f"cannot put its context back: {type(exc).__name__}: {exc}"
         return self.changed()
