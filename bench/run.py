@@ -36,6 +36,7 @@ from cni_skel.harness import create_netns, remove_netns
 from cni_skel.warm.install import python_argv
 
 from . import chained, interfaces
+from .chart import draw
 from .modes import MODES, PLUGINS, Mode, ModeUnavailable
 from .stats import (
     CNI_VERSION,
@@ -997,14 +998,17 @@ class Bench:
         js = os.path.join(self.args.out, f"bench-{prof.name}-{stamp}.json")
         with open(md, "w") as fp:
             fp.write(text + "\n" + summary + "\n")
+        doc = {"profile": prof.__dict__, "modes": [m.key for m in self.modes],
+               "skipped": self.skipped, "results": self.results,
+               "budgets": budgets, "errors": self.errors,
+               "go_errors": self.ref_errors, "summary": summary,
+               "commit": _commit(), "date": time.strftime("%Y-%m-%d"),
+               "samples": self.samples}
         with open(js, "w") as fp:
-            json.dump({"profile": prof.__dict__, "modes": [m.key for m in self.modes],
-                       "skipped": self.skipped, "results": self.results,
-                       "budgets": budgets, "errors": self.errors,
-                       "go_errors": self.ref_errors, "summary": summary,
-                       "samples": self.samples}, fp, indent=1)
+            json.dump(doc, fp, indent=1)
+        svg = draw(doc, os.path.splitext(js)[0] + ".svg")  # the headline ratios
         print(text)
-        print(f"results: {md}\n         {js}\n")
+        print(f"results: {md}\n         {js}\n" + (f"         {svg}\n" if svg else ""))
         print(summary, flush=True)
         return 1 if self.errors or bad else 0
 
@@ -1258,6 +1262,16 @@ class Bench:
                       f"CPU/pod {ms(o.get('cpu_per_pod'))} vs {ms(g.get('cpu_per_pod'))} ms",
                       ok))
         return b
+
+
+def _commit() -> str | None:
+    """The checkout's short commit, for the chart's title (None outside git)."""
+    try:
+        run = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=10, check=False)
+    except OSError:
+        return None
+    return run.stdout.strip() or None
 
 
 def importtime(stderr: str, nested: bool = False) -> dict[str, float]:
