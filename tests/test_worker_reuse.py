@@ -277,6 +277,28 @@ class ProcessCount:
         self._thread.join()
 
 
+def test_pool_forks_ahead_of_a_burst(wdir, netns_factory):
+    """While calls run, the pool keeps as many idle processes as busy ones
+    (``--spares`` at least): three calls in flight find three more ready
+    for the next ones (issue 36: a burst's first calls waited for forks)."""
+    p = Pool(wdir, netns_factory, "--max-processes", "8")
+    try:
+        p.probe()
+        markers = [os.path.join(wdir, f"b{i}") for i in range(3)]
+        with ThreadPoolExecutor(3) as ex:
+            futures = [ex.submit(p.call, mode="sleep", seconds=1.5, marker=m) for m in markers]
+            deadline = time.monotonic() + 10
+            while not all(os.path.exists(m) for m in markers):
+                assert time.monotonic() < deadline, "the calls never started"
+                time.sleep(0.01)
+            while len(p.processes()) < 6:
+                assert time.monotonic() < deadline, p.processes()
+                time.sleep(0.01)
+            assert all(f.result()[0].exit_code == 0 for f in futures)
+    finally:
+        p.stop()
+
+
 def test_pool_stops_growing_at_max_processes(wdir, netns_factory):
     """Past --max-processes, calls wait for a free process instead of
     forking more: 6 parallel calls on 2 processes all succeed, in turns."""

@@ -476,8 +476,10 @@ class Worker:
     runs until SIGTERM/SIGINT.
 
     ``spares`` serving processes are kept forked and idle (each a
-    `WorkerChild`, serving calls one at a time); the parent forks another as
-    soon as a spare is taken, up to ``max_processes`` (then connections wait
+    `WorkerChild`, serving calls one at a time), and while calls run as
+    many idle as busy ones: the parent forks ahead as soon as a spare is
+    taken, so a burst finds the pool doubled at each step rather than one
+    fork behind each call, up to ``max_processes`` (then connections wait
     in the listen backlog for the next free process; after `STALL` seconds
     with connections waiting and no process freed it forks one more anyway),
     retires idle ones beyond ``spares`` after ``linger`` seconds, reaps
@@ -697,8 +699,11 @@ class Worker:
             return
         self.respawn_at = 0.0
         idle = sum(not c.busy and not c.retiring for c in self.children.values())
+        busy = sum(c.busy for c in self.children.values())
         hard = MAX_CHILDREN - len(self.children)
-        want = min(self.spares - idle, hard, self.max_processes - len(self.children))
+        # Fork ahead of a burst: as many idle as busy (the pool doubles while
+        # calls keep coming, instead of one fork per call taken).
+        want = min(max(self.spares, busy) - idle, hard, self.max_processes - len(self.children))
         if want <= 0 and hard > 0 and self._stalled():
             _log(self.log, "", f"no serving process freed for {STALL:g} s and calls wait: "
                                f"one more than --max-processes ({self.max_processes})")
