@@ -91,7 +91,8 @@ def test_request_lines_metrics_and_log_file(wdir, node_netns, pod_netns):
         fields = [_logfmt(ln) for ln in lines]
         for f in fields:
             assert f["cid"] == "ob1" and f["plugin"] == "loopback", f
-            assert f["netns"] == pod_netns.path and f["launcher"] == "native none", f
+            assert f["netns"] == pod_netns.path and f["launcher"] == "native", f
+            assert f["fallback"] == "none", f
             assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", f["time"]), f
             assert float(f["ms"]) >= 0
         assert [(f["verb"], f["exit"]) for f in fields] == [("ADD", "0"), ("DEL", "0"),

@@ -39,6 +39,10 @@ __all__ = ["Metrics", "parse_address"]
 BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
+#: Why the worker did not run a request (``cni_skel_not_served_total{reason}``).
+NOT_SERVED_REASONS = ("bad-request", "protocol", "refused", "too-large", "unknown-plugin")
+
+
 def parse_address(text: str) -> tuple[str, int]:
     """``"HOST:PORT"``, ``"[V6]:PORT"`` or ``":PORT"`` (all addresses) ->
     (host, port). Raises ValueError naming the bad part."""
@@ -90,6 +94,12 @@ class Metrics:
                                 "999, --max-requests)", registry=r)
         self.deaths = Counter("cni_skel_child_deaths", "Children that ended without "
                               "answering", ["during"], registry=r)
+        # Every label value exported from the start, at 0: a series that
+        # appears only with its first event hides that event from rate().
+        for reason in NOT_SERVED_REASONS:
+            self.not_served.labels(reason)
+        for during in ("request", "idle"):
+            self.deaths.labels(during)
         info = Gauge("cni_skel_worker_info", "The worker's version and the launcher "
                      "protocols it serves", ["version", "protocol"], registry=r)
         info.labels(__version__, f"{SERVED_VERSIONS[0]}-{SERVED_VERSIONS[-1]}").set(1)
