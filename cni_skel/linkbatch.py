@@ -55,7 +55,7 @@ from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
 from cni_skel.rtnl import Rtnl
 
-__all__ = ["GROUPS", "LOCK_DIR", "delete"]
+__all__ = ["GROUPS", "LOCK_DIR", "delete", "take_stats"]
 
 #: Where the namespaces' lock files live (the worker's socket directory).
 LOCK_DIR = "/run/cni-skel/link-batches"
@@ -158,6 +158,7 @@ def _delete_group(group: int, index: int, commit: int) -> int:
         finally:
             os.eventfd_write(done, 1)
 
+    seen: set[int] = set()  # indexes of the group's links deleted, from their notices
     try:
         try:
             watch.bind((0, _RTMGRP_LINK))
@@ -169,29 +170,58 @@ def _delete_group(group: int, index: int, commit: int) -> int:
         except RuntimeError:
             send()
         else:
-            while watch.fileno() >= 0:
+            while watch.fileno() >= 0 and index not in seen:
                 ready, _, _ = select.select([watch, done], [], [])
-                if watch in ready and _unlisted(watch, index):
-                    fcntl.flock(commit, fcntl.LOCK_UN)
-                    break
+                if watch in ready:
+                    _read_notices(watch, group, seen)
+                    if index in seen:
+                        fcntl.flock(commit, fcntl.LOCK_UN)
                 if done in ready:
                     break
             sender.join()
-        return answer.get("errno", errno.EIO)
+        err = answer.get("errno", errno.EIO)
+        if watch.fileno() >= 0:
+            watch.setblocking(False)  # the rest of the batch's notices came before the ACK
+            while _read_notices(watch, group, seen):
+                pass
+        _record(len(seen) if not err else 0, err != 0)
+        return err
     finally:
         watch.close()
         os.close(done)
 
 
-def _unlisted(watch: socket.socket, index: int) -> bool:
-    """Did the notifications waiting on ``watch`` include link ``index``'s
-    RTM_DELLINK? (A lost notification, ENOBUFS: no; the answer decides.)"""
+def _read_notices(watch: socket.socket, group: int, seen: set[int]) -> bool:
+    """Add to ``seen`` the indexes of the RTM_DELLINK notices of ``group``'s
+    links in one datagram of ``watch``; False when none was there (or lost:
+    ENOBUFS, the answer decides)."""
     try:
         data = watch.recv(65536)
     except OSError:
         return False
-    return any(m["header"]["type"] == RTM_DELLINK and m["index"] == index
-               for m in _NOTICES.parse(data))
+    seen.update(m["index"] for m in _NOTICES.parse(data)
+                if m["header"]["type"] == RTM_DELLINK and m.get_attr("IFLA_GROUP") == group)
+    return True
+
+
+# What this process's batches were since `take_stats`: (links, refused)
+_stats: list[tuple[int, bool]] = []
+
+
+def _record(links: int, refused: bool) -> None:
+    _stats.append((links, refused))
+    del _stats[:-1024]  # a process nobody asks keeps the last ones only
+
+
+def take_stats() -> list[tuple[int, bool]]:
+    """The batches this process led since the last call, oldest first: per
+    batch, how many links its one request deleted (counted from the
+    kernel's notices; 0 when the kernel refused it) and whether it was
+    refused (each deleter then deleted its own). The worker's serving
+    processes report them for the metrics."""
+    out = list(_stats)
+    _stats.clear()
+    return out
 
 
 def _acked(data: bytes) -> int:

@@ -4,7 +4,8 @@
 ``--metrics-address`` (its own socket, `conftest.SuiteWorker`) and Debian's
 ``prometheus`` scraping it every second with deploy/prometheus-alerts.yaml
 loaded. Real calls go through the launchers into namespaces made here:
-loopback ADD/DEL (successes) and a bad ADD (CNI error 1), plus one call of
+loopback ADD/DEL (successes), a bad ADD (CNI error 1) and a bridge pod's ADD
+and DEL (a link deletion batch of one), plus one call of
 each kind that fills a series of its own: a serving process that dies during
 a call, one that recycles itself, an idle one killed from outside, a plugin
 the worker does not serve, and a launcher falling back to one-shot. Then
@@ -47,7 +48,7 @@ import yaml
 from conftest import HERE, SuiteWorker
 
 from cni_skel.harness import TestNetNS, run_plugin_raw
-from cni_skel.warm.install import write_executable
+from cni_skel.warm.install import plugin_registry, write_executable
 
 pytestmark = pytest.mark.root
 
@@ -268,6 +269,11 @@ class Node:
         # A launcher whose worker does not answer (a socket nothing listens
         # on, beside the real one): it runs the call itself and logs the
         # fallback where the worker counts them.
+        # A bridge pod: its DEL deletes the veth by its host end, a batch of one.
+        for name in ("bridge", "host-local"):
+            write_executable(bin_dir, name, plugin_registry()[name], worker_socket=sock,
+                             fallback="none")
+        self.bridge = os.path.join(bin_dir, "bridge")
         self.falls_back = write_executable(os.path.join(wdir, "bin-down"), "loopback",
                                            LOOPBACK, worker_socket=os.path.join(wdir, "down.sock"),
                                            fallback="oneshot")
@@ -288,7 +294,14 @@ class Node:
                 assert run.exit_code == 0, run
         bad = self.call(self.loopback, "ADD", {**conf, "cniVersion": "0.0.9"})
         assert bad.exit_code == 1 and bad.doc["code"] == 1, bad
-        return 2 * PAIRS + 1
+        bridge = {"cniVersion": "1.0.0", "name": "dashnet", "type": "bridge",
+                  "bridge": "cnsk-dash0", "ipam": {
+                      "type": "host-local", "dataDir": os.path.join(self.wdir, "ipam"),
+                      "ranges": [[{"subnet": "10.87.0.0/24"}]]}}
+        for command in ("ADD", "DEL"):
+            run = self.call(self.bridge, command, bridge, ifname="eth0")
+            assert run.exit_code == 0, run
+        return 2 * PAIRS + 1 + 4  # bridge's calls and its host-local's, served in-process
 
     def odd_calls(self) -> int:
         """One call of each kind the other series count; returns the number
@@ -376,6 +389,7 @@ def test_every_dashboard_query_returns_data(wdir: str, netns_factory: Any) -> No
                            ("sum(cni_skel_child_deaths_total)", lambda v: v == 2),
                            ("sum(cni_skel_not_served_total)", lambda v: v == 1),
                            ("sum(cni_skel_launcher_fallbacks_total)", lambda v: v == 1),
+                           ("sum(cni_skel_link_batch_size_count)", lambda v: v == 1),
                            ("sum(cni_skel_recycled_total)", lambda v: (v or 0) >= 1)):
             wait_for(f"prometheus sees {expr}", seen(expr, want), log=logs)
         answered += calls.loopback_round()

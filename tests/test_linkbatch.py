@@ -12,6 +12,7 @@ notifications to see what was deleted together.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import fcntl
 import os
@@ -36,15 +37,16 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespace
 # deletes the link named on the command line, says what it got.
 _DELETER = """
 import os, sys
-from cni_skel import netlink
+from cni_skel import linkbatch, netlink
 from cni_skel.netns import CLONE_NEWNET, setns
 from cni_skel.rtnl import Rtnl
 fd = os.open(sys.argv[1], os.O_RDONLY)
 setns(fd, CLONE_NEWNET)
 print("ready", flush=True)
 with Rtnl() as ipr:
-    print(netlink.delete_link(ipr, int(sys.argv[2])), flush=True)
+    deleted = netlink.delete_link(ipr, int(sys.argv[2]))
 netlink.wait_deletions()
+print(deleted, linkbatch.take_stats(), flush=True)
 """
 
 
@@ -56,9 +58,17 @@ def _deleter(node, index: int) -> subprocess.Popen:
 
 
 def _finished(proc: subprocess.Popen) -> str:
+    """What the deleter's `delete_link` answered ("True", "False")."""
+    return _outcome(proc)[0]
+
+
+def _outcome(proc: subprocess.Popen) -> tuple[str, list]:
+    """What the deleter's `delete_link` answered, and the batches it led
+    (`linkbatch.take_stats`)."""
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err[-2000:]
-    return out.strip()
+    answer, stats = out.strip().split(" ", 1)
+    return answer, ast.literal_eval(stats)
 
 
 @contextlib.contextmanager
@@ -131,7 +141,10 @@ def test_deletions_waiting_on_a_batch_go_as_one(netns_factory):
                     linkbatch._ours(x) for x in g) and g)
                 assert len(set(groups)) == 1, groups  # one open batch
                 assert all(p.poll() is None for p in procs)  # waiting for the lock
-            assert [_finished(p) for p in procs] == ["True"] * 5
+            outcomes = [_outcome(p) for p in procs]
+            assert [answer for answer, _ in outcomes] == ["True"] * 5
+            # one of them led the batch: one request deleted the five
+            assert sorted(stats for _, stats in outcomes) == [[]] * 4 + [[(5, False)]]
             assert _groups(ipr, hosts) == [None] * 5
             assert set(hosts) <= _deleted_notices(watch)
         for pod in pods:
@@ -167,7 +180,10 @@ def test_a_group_the_kernel_refuses_falls_back_to_one_request_per_link(netns_fac
             (group,) = _wait_for(lambda: (g := set(_groups(ipr, hosts))) and all(
                 linkbatch._ours(x) for x in g) and g)
             linkbatch._set_group(ipr, lo, group)
-        assert [_finished(p) for p in procs] == ["True"] * 3
+        outcomes = [_outcome(p) for p in procs]
+        assert [answer for answer, _ in outcomes] == ["True"] * 3
+        # each found its link still there and asked for the group first
+        assert [stats for _, stats in outcomes] == [[(0, True)]] * 3
         assert _groups(ipr, hosts) == [None] * 3
         assert _groups(ipr, [lo]) == [group]
 

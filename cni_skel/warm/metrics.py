@@ -39,6 +39,8 @@ __all__ = ["Metrics", "parse_address"]
 BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
+#: Buckets of ``cni_skel_link_batch_size`` (links per batch).
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 #: Why the worker did not run a request (``cni_skel_not_served_total{reason}``).
 NOT_SERVED_REASONS = ("bad-request", "protocol", "refused", "too-large", "unknown-plugin")
 
@@ -100,6 +102,12 @@ class Metrics:
             self.not_served.labels(reason)
         for during in ("request", "idle"):
             self.deaths.labels(during)
+        self.batches = Histogram("cni_skel_link_batch_size", "Links deleted by one request "
+                                 "of a batch of concurrent deletions (one per batch)",
+                                 buckets=BATCH_BUCKETS, registry=r)
+        self.batches_refused = Counter("cni_skel_link_batches_refused", "Batches whose one "
+                                       "request the kernel refused (each link deleted alone)",
+                                       registry=r)
         info = Gauge("cni_skel_worker_info", "The worker's version and the launcher "
                      "protocols it serves", ["version", "protocol"], registry=r)
         info.labels(__version__, f"{SERVED_VERSIONS[0]}-{SERVED_VERSIONS[-1]}").set(1)
@@ -134,6 +142,13 @@ class Metrics:
         self.deaths.labels("request").inc()
         self.requests.labels(plugin, verb, "11").inc()
         self.duration.labels(plugin, verb).observe(seconds)
+
+    def link_batches(self, sizes: list[int], refused: int) -> None:
+        """A serving process's report of the link deletion batches it led."""
+        for size in sizes:
+            self.batches.observe(size)
+        if refused:
+            self.batches_refused.inc(refused)
 
     def recycled(self) -> None:
         self.recycles.inc()

@@ -124,7 +124,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from .. import __version__, netlink, nft, state
+from .. import __version__, linkbatch, netlink, nft, state
 from ..env import hand_over_netns
 from ..errors import ERR_INTERNAL, ERR_IO_FAILURE, ERR_TRY_AGAIN_LATER, CNIError
 from ..invoke import SubprocessExec, plugin_outcome
@@ -185,6 +185,10 @@ _IDLE_EXIT, _RECYCLED = 102, 103
 # request's fields, how a request ended (for metrics), and idle again.
 _REPORT_ACCEPTED, _REPORT_REQUEST, _REPORT_DONE, _REPORT_IDLE = (b"accepted", b"request",
                                                                  b"done", b"idle")
+# The link deletion batches a serving process led (`linkbatch.take_stats`):
+# one field each, the links deleted, or "refused".
+_REPORT_BATCHES = b"batches"
+_BATCHES_MAX = 64  # fields in one report (a process leads a few per call)
 #: Requests a serving process answers before it is recycled.
 MAX_REQUESTS = 1000
 #: Bytes of RSS a serving process may grow by (since its first request)
@@ -852,6 +856,11 @@ class Worker:
             child.cid, child.cmd, child.ref, child.version, child.netns = (
                 f.decode("utf-8", "replace")[:_FIELD_MAX] for f in fields)
             return []
+        if kind == _REPORT_BATCHES and 0 < len(fields) <= _BATCHES_MAX and not fds:
+            sizes = [int(f) for f in fields if f != b"refused"]  # ValueError: not ours
+            if self.metrics is not None:
+                self.metrics.link_batches(sizes, len(fields) - len(sizes))
+            return []
         if kind == _REPORT_DONE and len(fields) == 5 and not fds:
             if self.metrics is not None:
                 plugin, verb, outcome, code, seconds = (f.decode("utf-8", "replace")
@@ -1187,8 +1196,20 @@ class WorkerChild:
             # of their deletion (an RCU barrier) is waited for after the
             # answer, and this process is busy until then.
             netlink.wait_deletions()
+            self._report_batches()
             self._report_idle(dirty)
+        else:
+            self._report_batches()
         return dirty
+
+    def _report_batches(self) -> None:
+        """Tell the parent about the link deletion batches this process led."""
+        batches = linkbatch.take_stats()[-_BATCHES_MAX:]
+        if batches and self.report_done:
+            fields = [b"refused" if refused else str(links).encode()
+                      for links, refused in batches]
+            with contextlib.suppress(OSError):
+                self.info_w.send(b"\0".join([_REPORT_BATCHES, *fields]))
 
 
 class _RequestLine:
