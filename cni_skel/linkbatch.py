@@ -39,6 +39,7 @@ not part of the public API.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -46,6 +47,7 @@ import select
 import socket
 import struct
 import threading
+from collections.abc import Iterator
 
 from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST, NLMSG_ERROR
 from pyroute2.netlink.exceptions import NetlinkError
@@ -55,7 +57,7 @@ from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
 from cni_skel.rtnl import Rtnl
 
-__all__ = ["GROUPS", "LOCK_DIR", "delete", "take_stats"]
+__all__ = ["GROUPS", "LOCK_DIR", "alone", "delete", "take_stats"]
 
 #: Where the namespaces' lock files live (the worker's socket directory).
 LOCK_DIR = "/run/cni-skel/link-batches"
@@ -64,6 +66,7 @@ GROUPS = (0x40000000, 0x80000000)
 _REQ = NLM_F_REQUEST | NLM_F_ACK
 _GROUP = struct.Struct("=I")
 _RTMGRP_LINK = 1
+_SIOCGSKNS = 0x894C  # linux/sockios.h: a socket's network namespace, as an fd
 _NOTICES = Marshal()
 _NOTICES.msg_map = {RTM_DELLINK: ifinfmsg}
 _ANSWERS = Marshal()
@@ -245,6 +248,37 @@ def _delete_index(sock: Rtnl, index: int) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def alone(sock: Rtnl) -> Iterator[bool]:
+    """Is no deletion batch in flight in ``sock``'s namespace? While the
+    block runs (True) this caller holds the namespace's commit lock, so
+    deletions arriving meanwhile batch behind it: a lone DEL deletes its
+    link its own cheapest way (a pod's veth by the pod's end: one request,
+    no marking) and lets go once that deletion has answered. False: join
+    the batch (`delete`); also when the lock files can not be had."""
+    try:
+        ns = fcntl.ioctl(sock.fileno(), _SIOCGSKNS)
+    except OSError:
+        yield False
+        return
+    try:
+        locks = _Locks(os.fstat(ns).st_ino)
+    except OSError:
+        yield False
+        return
+    finally:
+        os.close(ns)
+    try:
+        try:
+            fcntl.flock(locks.commit, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+        else:
+            yield True
+    finally:
+        locks.close()
+
+
 def delete(sock: Rtnl, index: int) -> bool | None:
     """Delete link ``index`` of ``sock``'s namespace together with the
     deletions running concurrently there (any process, this SDK's). The
@@ -276,8 +310,12 @@ def delete(sock: Rtnl, index: int) -> bool | None:
                 raise
         finally:
             fcntl.flock(locks.open, fcntl.LOCK_UN)
-        fcntl.flock(locks.commit, fcntl.LOCK_EX)  # the batch before ours ends first
-        now = _link_group(sock, index)
+        try:
+            fcntl.flock(locks.commit, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            now: int | None = group  # nothing ran since the mark: ours is there
+        except BlockingIOError:
+            fcntl.flock(locks.commit, fcntl.LOCK_EX)  # the batch before ours ends first
+            now = _link_group(sock, index)
         if now is None or not _ours(now):
             # gone with the batch before (a link at this index again: not ours)
             return True

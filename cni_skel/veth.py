@@ -19,7 +19,7 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING
 
-from . import netlink
+from . import linkbatch, netlink
 from .errors import ERR_INTERNAL, CNIError
 from .sysctl import write_sysctl
 
@@ -100,15 +100,18 @@ def setup_veth(ipr: Socket, netns: NetNS, ifname: str, *, mtu: int | None = None
 
 
 def delete_veth(ipr: Socket, peer_ipr: Socket, ifname: str) -> bool:
-    """Delete the pod's veth ``ifname`` (in ``peer_ipr``'s namespace) by
-    its host end in ``ipr``'s (the node's): the pair goes as one, and the
-    node's concurrent DELs share one kernel wait for their host ends
-    (`cni_skel.netlink.delete_link` batches the deletions of its process's
-    own namespace; a pod's namespace has one link to delete). The host end
-    is the container end's peer only when the pod's namespace names
-    ``ipr``'s as the peer's (`cni_skel.netlink.netnsid`): else, and for a
-    link that is no veth, ``ifname`` itself is deleted in the pod, as Go's
-    DEL does (``ip.DelLinkByName``). Call it from the node's namespace.
+    """Delete the pod's veth ``ifname`` (in ``peer_ipr``'s namespace); the
+    pair goes as one. With no other deletion under way in ``ipr``'s
+    namespace (the node's) it deletes ``ifname`` in the pod, as Go's DEL
+    does (``ip.DelLinkByName``), keeping the node's deletions that arrive
+    meanwhile waiting behind it; else it deletes the pair by its host end
+    in the node, where concurrent DELs share one kernel request for their
+    host ends (`cni_skel.netlink.delete_link` batches the deletions of its
+    process's own namespace). The host end is the container end's peer
+    only when the pod's namespace names ``ipr``'s as the peer's
+    (`cni_skel.netlink.netnsid`): else, and for a link that is no veth,
+    ``ifname`` itself is deleted in the pod. Call it from the node's
+    namespace.
 
     Returns:
         True when a link was deleted; False when the pod had no ``ifname``.
@@ -116,6 +119,9 @@ def delete_veth(ipr: Socket, peer_ipr: Socket, ifname: str) -> bool:
     Raises:
         CNIError: 999 for kernel errors.
     """
+    with linkbatch.alone(ipr) as alone:
+        if alone:  # no batch to join: the pod's end, one request
+            return netlink.delete_link(peer_ipr, ifname)
     cont = netlink.find_link(peer_ipr, ifname)
     if cont is None:
         return False

@@ -207,11 +207,16 @@ def test_a_deleter_killed_in_a_batch_loses_nothing(netns_factory):
         assert _finished(_deleter(node, first)) == "False"
 
 
-def test_delete_veth_goes_by_the_host_end_only_when_it_is_the_peer(netns_factory):
-    """`veth.delete_veth` deletes a pod's veth by its host end in the node
-    (the batched deletion); a pod link whose peer lives in a third
-    namespace is deleted in the pod instead (never a node link of the same
-    index), and a pod without the link answers False."""
+@pytest.mark.parametrize("batch", ["none in flight", "in flight"])
+def test_delete_veth_goes_by_the_host_end_only_when_it_is_the_peer(netns_factory, monkeypatch,
+                                                                   batch):
+    """`veth.delete_veth` deletes a pod's veth in the pod when no batch is
+    in flight in the node, else by its host end there (joining the batch);
+    either way a pod link whose peer lives in a third namespace is deleted
+    in the pod (never a node link of the same index), and a pod without
+    the link answers False."""
+    if batch == "in flight":
+        monkeypatch.setattr(linkbatch, "alone", lambda sock: contextlib.nullcontext(False))
     node, other = netns_factory("cnsk-node"), netns_factory("cnsk-other")
     pods = [netns_factory("cnsk-pod") for _ in range(2)]
     with NetNS.open(node.path) as ns, ns.rtnl() as ipr, \
@@ -241,3 +246,24 @@ def test_delete_veth_goes_by_the_host_end_only_when_it_is_the_peer(netns_factory
         assert netlink.find_link(ipr, host) is None
         assert netlink.find_link(p0ipr, "eth0") is None
         assert ns.run(delete_in_node, p0ipr) is False
+
+
+def test_a_lone_veth_deletion_holds_off_the_next_ones(netns_factory):
+    """While a lone `veth.delete_veth` runs (by the pod's end) it holds the
+    node's commit lock: a deleter arriving meanwhile marks its link and
+    waits, then leads a batch of its own; both veths go."""
+    node = netns_factory("cnsk-node")
+    pods = [netns_factory("cnsk-pod") for _ in range(2)]
+    with NetNS.open(node.path) as ns, ns.rtnl() as ipr, \
+            NetNS.open(pods[0].path) as p0, p0.rtnl() as p0ipr:
+        first, second = _pairs(ipr, pods)
+        with linkbatch.alone(ipr) as alone:
+            assert alone
+            with linkbatch.alone(ipr) as again:
+                assert not again  # the lock is held: a second comes in behind
+            waiting = _deleter(node, second)
+            _wait_for(lambda: linkbatch._ours(_groups(ipr, [second])[0]))
+            assert waiting.poll() is None
+            assert netlink.delete_link(p0ipr, "eth0") is True
+        assert _outcome(waiting) == ("True", [(1, False)])
+        assert _groups(ipr, [first, second]) == [None, None]
