@@ -73,7 +73,7 @@ _handed_netns: dict[str, int] = {}
 
 def hand_over_netns(path: str, fd: int | None) -> None:
     """Serve CNI_NETNS value ``path`` from ``fd``, an open network namespace
-    file the launcher passed (`cni_skel.warm.server`), instead of resolving
+    file the launcher passed (`cni_skel.warm.serving`), instead of resolving
     the path: `cni_skel.netns.NetNS.open` (and everything built on it) and the
     skel's same-namespace check then use the fd, so a worker in another mount
     namespace enters the pod's namespace while results and logs keep the

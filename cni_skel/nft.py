@@ -176,7 +176,7 @@ def _context(json: bool, keep: bool = True) -> Any:
 def kept_fds() -> set[int]:
     """The fds the kept contexts and `lookup` sockets hold (one netlink
     socket each): open between calls on purpose, so a long-lived process
-    that checks for leaked fds (`cni_skel.warm.server.ProcessBaseline`) does
+    that checks for leaked fds (`cni_skel.warm.serving.ProcessBaseline`) does
     not count them."""
     with _contexts_lock:
         if _contexts_pid != os.getpid():

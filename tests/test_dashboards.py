@@ -5,7 +5,8 @@
 ``prometheus`` scraping it every second with deploy/prometheus-alerts.yaml
 loaded. Real calls go through the launchers into namespaces made here:
 loopback ADD/DEL (successes), a bad ADD (CNI error 1) and a bridge pod's ADD
-and DEL (a link deletion batch of one), plus one call of
+and DEL (a link deletion batch of one, made to wait behind the test holding
+the node's commit lock), plus one call of
 each kind that fills a series of its own: a serving process that dies during
 a call, one that recycles itself, an idle one killed from outside, a plugin
 the worker does not serve, and a launcher falling back to one-shot. Then
@@ -41,13 +42,16 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 import yaml
 from conftest import HERE, SuiteWorker
 
+from cni_skel import linkbatch, netlink
 from cni_skel.harness import TestNetNS, run_plugin_raw
+from cni_skel.netns import NetNS
 from cni_skel.warm.install import plugin_registry, write_executable
 
 pytestmark = pytest.mark.root
@@ -298,9 +302,22 @@ class Node:
                   "bridge": "cnsk-dash0", "ipam": {
                       "type": "host-local", "dataDir": os.path.join(self.wdir, "ipam"),
                       "ranges": [[{"subnet": "10.87.0.0/24"}]]}}
-        for command in ("ADD", "DEL"):
-            run = self.call(self.bridge, command, bridge, ifname="eth0")
-            assert run.exit_code == 0, run
+        run = self.call(self.bridge, "ADD", bridge, ifname="eth0")
+        assert run.exit_code == 0, run
+        # The DEL joins a batch: the test holds the node's commit lock (as a
+        # deletion in flight would) until the DEL has marked its host end.
+        with ThreadPoolExecutor(1) as ex:
+            with NetNS.open(self.node.path) as node, node.rtnl() as ipr, \
+                    linkbatch.alone(ipr) as alone:
+                assert alone
+                deleting = ex.submit(self.call, self.bridge, "DEL", bridge, "eth0")
+                deadline = time.monotonic() + WAIT
+                while not any(linkbatch._ours(linkbatch._link_group(ipr, link.index))
+                              for link in netlink.links(ipr, kind="veth")):
+                    assert time.monotonic() < deadline and not deleting.done(), deleting
+                    time.sleep(0.01)
+            run = deleting.result(timeout=WAIT)
+        assert run.exit_code == 0, run
         return 2 * PAIRS + 1 + 4  # bridge's calls and its host-local's, served in-process
 
     def odd_calls(self) -> int:

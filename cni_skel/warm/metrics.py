@@ -2,7 +2,7 @@
 
 The worker's parent keeps them (prometheus_client, its own registry) and
 serves them over HTTP from a thread; children report each request's outcome
-to the parent (`cni_skel.warm.server`), so nothing here runs in a child.
+to the parent (`cni_skel.warm.pool`), so nothing here runs in a child.
 
 Metrics (all prefixed ``cni_skel_``):
 

@@ -1,10 +1,10 @@
 """The warm path's wire format, limits and names: the one definition.
 
-`cni_skel.warm.client` (the Python launcher), `cni_skel.warm.server` (the
-worker), `cni_skel.warm.install` and `cni_skel.skel` take these from here;
-the native launcher gets them from ``launcher_protocol.h``, which
-`cni_skel.warm.install` generates from this module each time it compiles
-``launcher.c``.
+`cni_skel.warm.client` (the Python launcher), `cni_skel.warm.serving` and
+`cni_skel.warm.pool` (the worker), `cni_skel.warm.install` and `cni_skel.skel`
+take these from here; the native launcher gets them from
+``launcher_protocol.h``, which `cni_skel.warm.install` generates from this
+module each time it compiles ``launcher.c``.
 
 Every installed launcher runs this module on every call that reaches
 Python, so it imports nothing (not even ``typing``): the Python launcher
