@@ -127,6 +127,9 @@ MAX_REQUESTS = 1000
 #: Bytes of RSS a serving process may grow by (since its first request)
 #: before it is recycled.
 MAX_GROWTH = 64 << 20
+#: Seconds an idle serving process keeps the nftables contexts of other
+#: namespaces than its own (see `WorkerChild._accept`).
+RELEASE_AFTER = 1.0
 
 
 class WorkerChild:
@@ -234,11 +237,20 @@ class WorkerChild:
 
     def _accept(self, poll: select.epoll, wake_r: int) -> socket.socket | None:
         """Wait for a connection (None: the worker is stopping, or retires
-        this process)."""
+        this process). Idle for `RELEASE_AFTER` seconds after a call, it
+        drops the nftables contexts and sockets of namespaces other than
+        its own (they keep those alive: a node namespace deleted after its
+        last call would outlive it in every idle process); calls in a row
+        keep reusing them."""
+        release = True
         while True:
             if self.retire:
                 return None
-            events = dict(poll.poll())
+            events = dict(poll.poll(RELEASE_AFTER if release else None))
+            if not events:
+                release = False
+                nft.release_contexts(keep_netns=self.baseline.ns_fds["net"])
+                continue
             if self.stop_r in events:
                 return None
             if wake_r in events:
@@ -609,13 +621,13 @@ class ProcessBaseline:
 
     Put back: fds 0-2 (`restore_stdio`) and the ``sys`` streams, network and
     mount namespaces (setns to the process's own), cwd, umask, environment,
-    ``sys.path``, and the netns fd hand-over; nftables contexts of other
-    namespaces than the process's own are dropped (they would keep those
-    alive). Checked, never guessed at:
-    threads (setns of a mount namespace needs a single thread), open fds,
-    signal handlers, the signal mask and timers, user and group ids,
-    resource limits, capability sets and no_new_privs, the identity of every
-    namespace type, and memory: RSS grown more than ``max_growth`` bytes
+    ``sys.path``, and the netns fd hand-over (nftables contexts of other
+    namespaces than the process's own go once it idles:
+    `WorkerChild._accept`). Checked, never guessed at: threads (setns of
+    a mount namespace needs a single thread), open fds, signal handlers,
+    the signal mask and timers, user and group ids, resource limits,
+    capability sets and no_new_privs, the identity of every namespace type,
+    and memory: RSS grown more than ``max_growth`` bytes
     since the first request.
     """
 
@@ -684,7 +696,6 @@ class ProcessBaseline:
             _set_environ(self.environ)
             sys.path[:] = self.path
             # nftables sockets of the caller's namespaces would keep them alive
-            nft.release_contexts(keep_netns=self.ns_fds["net"])
         except Exception as exc:
             return f"cannot put its context back: {type(exc).__name__}: {exc}"
         return self.changed()
