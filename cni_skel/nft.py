@@ -204,8 +204,8 @@ def release_contexts(*, keep_netns: int | str | None = None) -> None:
     all of them, or with ``keep_netns`` (an open fd or a path of a network
     namespace) all but those made in that namespace. A kept socket keeps
     its namespace alive: a long-lived process keeps its own namespace's
-    only (the cni-skel worker's serving processes do after each call). The
-    next `Nft` or `lookup` elsewhere makes a new one.
+    only (the cni-skel worker's serving processes do once idle for a
+    second). The next `Nft` or `lookup` elsewhere makes a new one.
 
     Raises:
         OSError: ``keep_netns`` can not be read.
