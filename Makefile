@@ -23,9 +23,10 @@ PY       := $(VENV)/bin/python
 # iptables + firewalld: the firewall plugin (its iptables backend; its firewalld backend tests
 # run Debian's firewalld on a private D-Bus in a test namespace). prometheus (and its promtool):
 # tests/test_dashboards.py runs deploy/'s dashboard queries and alert rules against a worker.
+# dnsmasq-base: the DHCP server (the binary, no service) tests/test_dhcp.py leases from.
 SYS_PKGS := iproute2 nftables libnftables1 containernetworking-plugins python3 python3-venv \
             containerd runc busybox-static gcc libc6-dev systemd mmdebstrap buildah \
-            qemu-system-x86 linux-image-amd64 cpio iptables firewalld prometheus
+            qemu-system-x86 linux-image-amd64 cpio iptables firewalld prometheus dnsmasq-base
 
 .PHONY: all deps venv demo test install image lint api api-check docs dist-check bench bench-quick
 .PHONY: fuzz clean

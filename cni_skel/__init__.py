@@ -112,9 +112,9 @@ PUBLIC = (*_EXPORTS, "Rollback", "rollback")
 #: ``cni_skel`` (docs/stability.md; the snapshot in api/ covers exactly these).
 PUBLIC_MODULES = (
     "announce", "args", "cli", "config", "conntrack", "env", "errors", "gorules", "harness",
-    "invoke", "ipam", "ipset", "iptables", "masq", "model", "netlink", "netns", "nft", "rollback",
-    "rtnl", "runtime", "skel", "state", "sysctl", "tags", "tc", "testing", "types", "version",
-    "veth",
+    "invoke", "ipam", "ipset", "iptables", "keeper", "masq", "model", "netlink", "netns", "nft",
+    "rollback", "rtnl", "runtime", "skel", "state", "sysctl", "tags", "tc", "testing", "types",
+    "version", "veth",
 )
 
 

@@ -790,8 +790,9 @@ def delete_link(ipr: Socket, name: Link | str | int, missing_ok: bool = True) ->
 #: Deletions answered once unlisted, still in the kernel (`wait_deletions`):
 #: each thread with the eventfd it signals when done.
 _finishing: list[tuple[threading.Thread, int]] = []
-_SIOCGSKNS = 0x894C  # linux/sockios.h: a socket's network namespace, as an fd
-_RTMGRP_LINK = 1
+# linux/sockios.h and rtnetlink.h: defined once, in linkbatch.
+_SIOCGSKNS = linkbatch._SIOCGSKNS
+_RTMGRP_LINK = linkbatch._RTMGRP_LINK
 
 
 def _delete_unlisted(ipr: Socket, name: Link | str | int, ignore: tuple[int, ...]) -> Any:

@@ -77,8 +77,12 @@ class Plugin:
         args_model: the `cni_skel.args.CNIArgs` subclass CNI_ARGS is parsed
             into (``CmdArgs.typed_args``); None leaves CNI_ARGS unparsed.
         supported_versions: spec versions accepted in ``cniVersion``.
+        service: a `cni_skel.keeper.Service` subclass the worker's keeper
+            runs for this plugin, for what must outlive a call (the dhcp
+            plugin's leases); its verbs reach it with
+            `cni_skel.keeper.call`. None (default): no service.
 
-    Escape hatch: ``config_model`` and ``args_model`` may also be a
+    Escape hatch: ``config_model``, ``args_model`` and ``service`` may also be a
     ``"package.module:Class"`` string, imported on the first verb that needs
     it (`resolve_ref`), for a plugin module that must not import pydantic.
 
@@ -119,6 +123,7 @@ class Plugin:
     config_model: ClassVar[Any] = "cni_skel.config:NetConf"
     args_model: ClassVar[Any] = None
     supported_versions: ClassVar[tuple[str, ...]] = ALL_VERSIONS
+    service: ClassVar[Any] = None
     #: Deprecated (0.2.0): a ``"package.module"`` of verb functions; see above.
     verbs: ClassVar[str | None] = None
 

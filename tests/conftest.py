@@ -38,6 +38,7 @@ from cni_skel.harness import SocketActivation
 from cni_skel.warm import client as launcher
 from cni_skel.warm import protocol
 from cni_skel.warm.install import plugin_registry, write_executable
+from cni_skel.warm.keeper import PROCESS_NAME as KEEPER_NAME
 
 HERE = pathlib.Path(__file__).parent
 VECTORS = HERE / "vectors" / "go-reference-1.1.1"
@@ -113,6 +114,23 @@ def worker_command() -> list[str]:
     if os.access(cli, os.X_OK):
         return [cli]
     return [sys.executable, "-m", "cni_skel.cli"]
+
+
+def serving_processes(worker_pid: int) -> set[int]:
+    """The worker's serving processes: its children but the keeper
+    (`cni_skel.warm.keeper`, named `PROCESS_NAME` in /proc/<pid>/comm)."""
+    with open(f"/proc/{worker_pid}/task/{worker_pid}/children") as fp:
+        children = {int(p) for p in fp.read().split()}
+    out = set()
+    for child in children:
+        try:
+            with open(f"/proc/{child}/comm") as fp:
+                if fp.read().strip() == KEEPER_NAME:
+                    continue
+        except OSError:
+            continue  # gone
+        out.add(child)
+    return out
 
 
 class SuiteWorker:

@@ -47,7 +47,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import HERE, SuiteWorker
+from conftest import HERE, SuiteWorker, serving_processes
 
 from cni_skel import linkbatch, netlink
 from cni_skel.harness import TestNetNS, run_plugin_raw
@@ -344,9 +344,7 @@ def kill_an_idle_child(worker: SuiteWorker) -> int:
     pid = worker.proc.pid
 
     def idle() -> int | None:
-        with open(f"/proc/{pid}/task/{pid}/children") as fp:
-            children = [int(p) for p in fp.read().split()]
-        for child in children:
+        for child in serving_processes(pid):
             with contextlib.suppress(OSError), open(f"/proc/{child}/wchan") as fp:
                 if "epoll" in fp.read():
                     return child

@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import HERE, SuiteWorker
+from conftest import HERE, SuiteWorker, serving_processes
 
 from cni_skel import netlink
 from cni_skel.harness import remove_netns, run_plugin_raw
@@ -77,9 +77,7 @@ class Pool:
         return doc
 
     def processes(self) -> set[int]:
-        pid = self.worker.proc.pid
-        with open(f"/proc/{pid}/task/{pid}/children") as fp:
-            return {int(p) for p in fp.read().split()}
+        return serving_processes(self.worker.proc.pid)
 
     def stop(self) -> None:
         self.worker.stop()

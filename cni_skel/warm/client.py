@@ -47,6 +47,7 @@ from .protocol import (
     ERR_IO,
     ERR_NOT_AVAILABLE,
     ERR_TRY_AGAIN_LATER,
+    FALLBACK_FROM_ENV,
     FALLBACK_LOG_MAX,
     FALLBACK_NONE,
     FALLBACK_ONESHOT,
@@ -494,6 +495,7 @@ def _not_served(ref, pythonpath, why, data, path, all_versions, current,
     if not _worker_required(fallback):
         if not recorded:
             record_fallback(path, ref, why)
+        os.environ[FALLBACK_FROM_ENV] = path
         return one_shot(ref, pythonpath, data, all_versions, current)
     reason = ("this launcher was installed with --fallback none" if fallback == FALLBACK_NONE
               else f"{REQUIRED_ENV} is set")
@@ -591,6 +593,7 @@ def launch(ref, socket_path=DEFAULT_SOCKET, supported=None, pythonpath=(),
         why = f"cannot connect: {exc.strerror or exc}"
         if not required:
             record_fallback(path, ref, why)
+            os.environ[FALLBACK_FROM_ENV] = path
             return one_shot(ref, pythonpath, None, all_versions, current)  # stdin unread
         try:
             data = _read_stdin()

@@ -14,8 +14,13 @@ Metrics (all prefixed ``cni_skel_``):
 * ``request_duration_seconds{plugin,verb}``: histogram of the time from the
   request's arrival to its answer;
 * ``requests_in_flight``, ``children{state="idle"|"busy"}``;
-* ``child_deaths_total{during="request"|"idle"}``: children that ended
-  without answering (a request's are answered code 11);
+* ``child_deaths_total{during="request"|"idle"|"keeper"}``: children that
+  ended without answering (a request's are answered code 11), and keeper
+  processes that ended before the worker did (forked again);
+* ``keeper_held{service}``: what each service of the keeper holds for pods
+  (`cni_skel.keeper`; the dhcp plugin's: leases), and
+  ``keeper_events_total{service,event}``: what they did (dhcp: leases
+  acquired, renewed, rebound, released, expired; NAKs; ADDs timed out);
 * ``launcher_fallbacks_total``: one-shot fallbacks launchers logged in the
   socket directory's fallback log (`cni_skel.warm.protocol.fallback_log`);
 * ``worker_info{version,protocol}`` (1) and ``worker_start_time_seconds``.
@@ -100,7 +105,7 @@ class Metrics:
         # appears only with its first event hides that event from rate().
         for reason in NOT_SERVED_REASONS:
             self.not_served.labels(reason)
-        for during in ("request", "idle"):
+        for during in ("request", "idle", "keeper"):
             self.deaths.labels(during)
         self.batches = Histogram("cni_skel_link_batch_size", "Links deleted by one request "
                                  "of a batch of concurrent deletions (one per batch)",
@@ -108,6 +113,12 @@ class Metrics:
         self.batches_refused = Counter("cni_skel_link_batches_refused", "Batches whose one "
                                        "request the kernel refused (each link deleted alone)",
                                        registry=r)
+        self.held = Gauge("cni_skel_keeper_held", "What the keeper's services hold for pods "
+                          "(dhcp: leases)", ["service"], registry=r)
+        self.events = Counter("cni_skel_keeper_events", "What the keeper's services did "
+                              "(dhcp: acquired, renewed, rebound, released, expired, nak, "
+                              "timeout)", ["service", "event"], registry=r)
+        self._events: dict[tuple[str, str], int] = {}
         info = Gauge("cni_skel_worker_info", "The worker's version and the launcher "
                      "protocols it serves", ["version", "protocol"], registry=r)
         info.labels(__version__, f"{SERVED_VERSIONS[0]}-{SERVED_VERSIONS[-1]}").set(1)
@@ -155,6 +166,21 @@ class Metrics:
 
     def idle_death(self) -> None:
         self.deaths.labels("idle").inc()
+
+    def keeper_death(self) -> None:
+        self.deaths.labels("keeper").inc()
+        self._events.clear()  # the next keeper counts from 0
+
+    def keeper(self, held: dict[str, int], events: dict[str, dict[str, int]]) -> None:
+        """The keeper's report: what each service holds, and its event
+        counts since the keeper started (a new keeper counts from 0)."""
+        for service, n in held.items():
+            self.held.labels(service).set(n)
+        for service, counts in events.items():
+            for event, n in counts.items():
+                seen = self._events.get((service, event), 0)
+                self.events.labels(service, event).inc(max(0, n - seen))
+                self._events[(service, event)] = n
 
     def set_children(self, idle: int, busy: int) -> None:
         self.children.labels("idle").set(idle)

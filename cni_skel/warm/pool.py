@@ -64,8 +64,10 @@ from typing import Any
 
 from .. import __version__
 from ..errors import ERR_TRY_AGAIN_LATER, CNIError
+from ..keeper import _attach
 from ..skel import error_answer, resolve_ref
 from ._common import LogSink, _log
+from .keeper import _REPORT_KEEPER, Keeper, keeper_report, service_classes
 from .metrics import Metrics
 from .protocol import (
     DEFAULT_SOCKET,
@@ -369,6 +371,14 @@ class Worker:
         self.respawn_at = 0.0
         self.at_cap = False
         self.freed_at = 0.0  # monotonic time a serving process last became free
+        # The keeper (`cni_skel.warm.keeper`): its pid (0: none running), when
+        # it may be forked (again), what its services hold, its channel.
+        self.services: list[Any] = []
+        self.keeper_pid = 0
+        self.keeper_at = 0.0
+        self.keeper_held: dict[str, int] = {}
+        self.keeper_r: socket.socket | None = None
+        self.keeper_w: socket.socket | None = None
 
     def serve(self) -> int:
         """Import, listen, serve until asked to stop; returns an exit status."""
@@ -376,6 +386,7 @@ class Worker:
         if self.mount_namespace == "own":
             writable_proc_sys(self.log)
         self.plugins = _warm(self.refs, self.log)
+        self.services = service_classes(self.plugins, self.log)
         # Warmed here, before any fork, what every process would otherwise
         # warm for itself (pyroute2's compiled attribute tables, pydantic's
         # and the interpreter's first-run work): shared, not copied.
@@ -405,6 +416,10 @@ class Worker:
         self.info_r.setblocking(False)
         # The kernel attaches each report's sender: a child cannot speak for another.
         self.info_r.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        if self.services:
+            # Every serving process inherits keeper_w; each call sends one
+            # end of a socketpair on it (`cni_skel.keeper.call`).
+            self.keeper_r, self.keeper_w = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
 
         def stop(signum: int, frame: Any) -> None:
             self.stopping = True
@@ -440,6 +455,7 @@ class Worker:
 
     def _step(self) -> bool:
         """One turn of the parent's loop; True when it is time to exit."""
+        self._spawn_keeper()
         self._spawn_spares()
         signaled = False
         for key, _ in self.sel.select(timeout=self._timeout()):
@@ -471,12 +487,13 @@ class Worker:
             self.deadline = time.monotonic() + self.drain_timeout
             busy = sum(c.busy for c in self.children.values())
             _log(self.log, "", f"stopping: {busy} request(s) in flight")
-        return self.stopping and (not self.children or time.monotonic() > self.deadline)
+        return self.stopping and ((not self.children and not self.keeper_pid)
+                                  or time.monotonic() > self.deadline)
 
     def _idle_too_long(self) -> bool:
         if not self.idle_exit or self.stopping:
             return False
-        if any(c.busy for c in self.children.values()):
+        if any(c.busy for c in self.children.values()) or any(self.keeper_held.values()):
             self.last_active = time.monotonic()
             return False
         return time.monotonic() - self.last_active >= self.idle_exit
@@ -484,7 +501,8 @@ class Worker:
     def _timeout(self) -> float | None:
         """How long the parent may sleep: until the next run deadline or idle
         exit, or a short tick while stopping or waiting to respawn."""
-        waits = [0.5] if self.stopping or self.respawn_at or self.at_cap else []
+        waits = ([0.5] if self.stopping or self.respawn_at or self.at_cap
+                 or (self.services and not self.keeper_pid) else [])
         if self._saturated():
             waits.append(max(0.05, self.freed_at + STALL - time.monotonic()))
         idle = [c.idle_since for c in self.children.values() if not c.busy and not c.retiring]
@@ -516,17 +534,55 @@ class Worker:
                                f"({MAX_CHILDREN}); new connections wait")
         self.at_cap = hard < self.spares - idle
         for _ in range(want):
-            sys.stderr.flush()
-            pid = os.fork()
-            if pid == 0:
-                code = 70
-                try:
-                    code = self._become_child().serve()
-                except BaseException as exc:
-                    _log(self.log, "", f"child failed: {type(exc).__name__}: {exc}")
-                finally:
-                    os._exit(code)
+            pid = self._fork(lambda: self._become_child().serve(), "child")
             self.children[pid] = ChildState(idle_since=time.monotonic())
+
+    def _fork(self, run: Any, what: str) -> int:
+        """Fork; the child runs ``run()`` and exits with its status (70 when
+        it raised, logged as "<what> failed"). Returns the child's pid."""
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 70
+            try:
+                code = run()
+            except BaseException as exc:
+                _log(self.log, "", f"{what} failed: {type(exc).__name__}: {exc}")
+            finally:
+                os._exit(code)
+        return pid
+
+    def _spawn_keeper(self) -> None:
+        """Fork the keeper when the plugins name services and none runs."""
+        if (not self.services or self.keeper_pid or self.stopping
+                or time.monotonic() < self.keeper_at):
+            return
+        self.keeper_pid = self._fork(lambda: self._become_keeper().serve(), "keeper")
+
+    def _become_keeper(self) -> Keeper:
+        """In the keeper's fresh fork: drop what only the parent and the
+        serving processes use."""
+        assert self.keeper_r is not None and self.keeper_w is not None
+        self._drop_parent_state()
+        assert self.sock is not None
+        self.sock.close()
+        self.keeper_w.close()
+        return Keeper(self.services, self.keeper_r, self.stop_r, self.info_w, self.log,
+                      os.path.dirname(self.path))
+
+    def _drop_parent_state(self) -> None:
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+        if self.metrics is not None:
+            self.metrics.close_in_child()
+        self.sel.close()
+        os.close(self.wake_r)
+        os.close(self.stop_w)
+        self.info_r.close()
+        for other in self.children.values():
+            if other.conn is not None:
+                other.conn.close()
 
     def _saturated(self) -> bool:
         """At ``max_processes`` with none of them free."""
@@ -558,18 +614,10 @@ class Worker:
         its ends of the pipes, other children's connections) and return the
         child's server."""
         assert self.sock is not None and self.ident is not None
-        signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, signal.SIG_DFL)
-        if self.metrics is not None:
-            self.metrics.close_in_child()
-        self.sel.close()
-        os.close(self.wake_r)
-        os.close(self.stop_w)
-        self.info_r.close()
-        for other in self.children.values():
-            if other.conn is not None:
-                other.conn.close()
+        self._drop_parent_state()
+        if self.keeper_r is not None:
+            self.keeper_r.close()
+        _attach(self.keeper_w)
         return WorkerChild(self.sock, self.stop_r, self.info_w, self.plugins, self.ident,
                            self.path, self.log, self.request_timeout,
                            mount_namespace=self.mount_namespace, about=self.description,
@@ -584,7 +632,8 @@ class Worker:
                 "started": round(self.started, 3), "socket": self.path,
                 "systemdSocket": self.activated, "mountNamespace": self.mount_namespace,
                 "idleExit": self.idle_exit, "maxProcesses": self.max_processes,
-                "plugins": sorted(self.plugins)}
+                "plugins": sorted(self.plugins),
+                "services": sorted(svc.name for svc in self.services)}
 
     def _close_listener(self) -> None:
         assert self.sock is not None
@@ -637,6 +686,14 @@ class Worker:
         """Apply one report of child ``pid``; returns the fds it did not keep.
         Raises ValueError for a report that is not one of ours."""
         child = self.children.get(pid)
+        if pid and pid == self.keeper_pid:
+            kind, _, data = msg.partition(b"\0")
+            if kind != _REPORT_KEEPER or fds:
+                raise ValueError(f"unexpected report {msg[:40]!r} from the keeper")
+            self.keeper_held, events = keeper_report(data)
+            if self.metrics is not None:
+                self.metrics.keeper(self.keeper_held, events)
+            return fds
         if child is None:
             return fds
         if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
@@ -669,7 +726,7 @@ class Worker:
         raise ValueError(f"unexpected report {msg[:40]!r} with {len(fds)} fds")
 
     def _reap(self) -> None:
-        while self.children:
+        while self.children or self.keeper_pid:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
@@ -677,6 +734,15 @@ class Worker:
             if pid == 0:
                 return
             self._read_info()  # a child's messages are queued before its exit
+            if pid == self.keeper_pid:
+                self.keeper_pid = 0
+                if not (self.stopping and os.WIFEXITED(status) and not os.WEXITSTATUS(status)):
+                    _log(self.log, "", f"keeper {pid} {_describe_status(status)}"
+                                       + ("" if self.stopping else ": forked again in 1 s"))
+                    self.keeper_at = time.monotonic() + 1.0
+                    if self.metrics is not None:
+                        self.metrics.keeper_death()
+                continue
             child = self.children.pop(pid, None)
             if child is None:
                 continue

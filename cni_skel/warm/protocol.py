@@ -55,6 +55,10 @@ SOCKET_ENV = "CNI_SKEL_WORKER_SOCKET"
 #: plugin in its own process; it answers spec error `ERR_TRY_AGAIN_LATER`
 #: when the worker cannot serve the call.
 REQUIRED_ENV = "CNI_SKEL_WORKER_REQUIRED"
+#: Set by a launcher that runs the plugin in its own process because the
+#: worker did not serve the call: the socket it tried (for messages of
+#: plugins that need the worker, `cni_skel.keeper.not_in_worker`).
+FALLBACK_FROM_ENV = "CNI_SKEL_FALLBACK_FROM"
 #: Set by the test helpers (`cni_skel.harness.run_plugin_raw`) to a file
 #: path: a one-shot plugin process appends there, one JSON object a line
 #: (``category``, ``message``, ``filename``, ``lineno``, ``module``), each

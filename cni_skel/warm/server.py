@@ -62,7 +62,8 @@ from .serving import InProcessExec, WorkerChild
 from .serving import ProcessBaseline as ProcessBaseline
 
 __all__ = ["DEFAULT_SOCKET", "MOUNT_NAMESPACES", "ChildState", "InProcessExec", "LogSink", "Worker",
-           "WorkerChild", "check", "default_max_processes", "describe", "serve", "systemd_socket",
+           "WorkerChild", "check", "default_max_processes", "describe", "held_lines", "serve",
+           "systemd_socket",
            "writable_proc_sys"]
 
 
@@ -81,9 +82,11 @@ def check(socket_path: str = DEFAULT_SOCKET, timeout: float = 5.0) -> tuple[bool
 
 
 def describe(pong: str) -> str:
-    """A worker's ping answer (`Worker.about`, JSON) in one line."""
+    """A worker's ping answer (`Worker.about`, JSON) in one line, then one
+    line per service of its keeper and one per thing it holds (`held_lines`)."""
     try:
         about = json.loads(pong)
+        held = held_lines(about)
         up = max(0, int(time.time() - about["started"]))
         versions = about["protocol"]
         return (f"cni-skel {about['version']}, pid {about['pid']}, up {up // 3600}h"
@@ -93,6 +96,31 @@ def describe(pong: str) -> str:
                 + (f", up to {about['maxProcesses']} serving processes"
                    if about.get("maxProcesses") else "")
                 + "; plugins: "
-                + ", ".join(ref.rpartition(":")[2] for ref in about["plugins"]))
+                + ", ".join(ref.rpartition(":")[2] for ref in about["plugins"])
+                + "".join("\n" + line for line in held))
     except (ValueError, KeyError, TypeError, IndexError):
         return pong
+
+
+def held_lines(about: dict[str, Any]) -> list[str]:
+    """What the keeper's services hold (a ping answer's ``held``: `Service.listing`
+    by service), as indented lines: the count, then each item's fields as
+    ``key=value`` (``expires``, a unix time, as seconds from now)."""
+    held = about.get("held")
+    if not isinstance(held, dict):
+        return []
+    lines = []
+    for service, items in sorted(held.items()):
+        if not isinstance(items, list):
+            lines.append(f"  {service}: {items.get('error') if isinstance(items, dict) else items}")
+            continue
+        lines.append(f"  {service}: {len(items)} held")
+        for item in items:
+            parts = []
+            for key, value in item.items() if isinstance(item, dict) else []:
+                if key == "expires" and isinstance(value, (int, float)):
+                    parts.append(f"expires in {int(value - time.time())} s")
+                else:
+                    parts.append(f"{key}={value}")
+            lines.append("    " + " ".join(parts))
+    return lines

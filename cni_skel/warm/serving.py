@@ -74,7 +74,7 @@ import sys
 import time
 from typing import Any
 
-from .. import __version__, linkbatch, netlink, nft, state
+from .. import __version__, keeper, linkbatch, netlink, nft, state
 from ..env import hand_over_netns
 from ..errors import ERR_INTERNAL, ERR_IO_FAILURE, CNIError
 from ..invoke import SubprocessExec, plugin_outcome
@@ -85,6 +85,7 @@ from ..version import ALL_VERSIONS
 from ._common import LogSink, _log
 from .caller import _caller_caps, _caps, _caps_within, _drop_caps, _peer_cred, _Refused
 from .install import launcher_info
+from .keeper import KEEPER_SERVICE
 from .protocol import (
     KIND_PING,
     KIND_RUN,
@@ -317,7 +318,14 @@ class WorkerChild:
         if kind == KIND_PING:
             # A client that gave up before the answer (a timed-out --check,
             # a slow start) is no failure of this process.
-            self._answer(conn, ST_PONG, 0, json.dumps(self.about).encode())
+            about = self.about
+            if keeper.in_worker():  # what the keeper holds (cni-skel worker --check, doctor)
+                try:
+                    held: Any = keeper.call(KEEPER_SERVICE, {"op": "list"}, timeout=2.0)
+                except CNIError as exc:
+                    held = {"keeper": {"error": exc.msg}}
+                about = {**about, "held": held}
+            self._answer(conn, ST_PONG, 0, json.dumps(about).encode())
             return None
         try:
             want = RUN_FIELDS_BY_VERSION[version]

@@ -457,22 +457,24 @@ class Bridge(Plugin):
         return result
 
     def delete(self, args: CmdArgs, conf: BridgeConf) -> None:
-        """The container interface (when the netns and it exist), IPAM DEL
-        (always), then this attachment's nftables entries in this network's
-        sets, found by its tag (Go's order: interface, IPAM, nftables).
-        Never deletes the bridge. Repeatable.
+        """IPAM DEL (always), the container interface (when the netns and it
+        exist), then this attachment's nftables entries in this network's
+        sets, found by its tag. Go deletes the interface before IPAM DEL; the
+        other way round, a DHCP lease's RELEASE still has the pod's interface
+        to go out on. Never deletes the bridge. Repeatable.
 
         Raises:
-            CNIError: IPAM's error; 999 when nftables refuses.
+            CNIError: IPAM's error (the interface then stays, for the
+                runtime's retry); 999 when nftables refuses.
         """
+        if conf.layer3:
+            assert conf.ipam is not None
+            delegate_del(conf.ipam.type, args.stdin_data, args)
         if args.netns:
             netns = open_netns(args.netns, missing_ok=True)
             if netns is not None:
                 with netns, Rtnl() as ipr, netns.rtnl() as cipr:
                     delete_veth(ipr, cipr, args.ifname)
-        if conf.layer3:
-            assert conf.ipam is not None
-            delegate_del(conf.ipam.type, args.stdin_data, args)
         if conf.ip_masq or conf.macspoofchk:
             _remove_entries(conf, Nft(), attachment_tag(args.container_id, args.ifname),
                             "bridge DEL")
