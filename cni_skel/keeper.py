@@ -42,8 +42,8 @@ from typing import Any, ClassVar
 
 from .errors import ERR_INTERNAL, ERR_TRY_AGAIN_LATER, CNIError
 
-__all__ = ["CALL_TIMEOUT", "MAX_FDS", "MAX_MESSAGE", "Service", "call", "in_worker",
-           "not_in_worker"]
+__all__ = ["CALL_TIMEOUT", "MAX_FDS", "MAX_MESSAGE", "Service", "call", "close_fds",
+           "in_worker", "not_in_worker"]
 
 #: Bytes of one request or answer, JSON-encoded.
 MAX_MESSAGE = 1 << 20
@@ -220,7 +220,10 @@ def _read_answer(sock: socket.socket, service: str, deadline: float) -> dict[str
     return answer
 
 
-def _close(fds: Sequence[int]) -> None:
-    for fd in fds:
+def close_fds(fds: list[int]) -> None:
+    """Close ``fds`` and empty the list (a second call closes nothing);
+    an fd already closed is passed over. For a `Service.handle` that
+    refuses a request: the fds it was given are its own to close."""
+    while fds:
         with contextlib.suppress(OSError):
-            os.close(fd)
+            os.close(fds.pop())

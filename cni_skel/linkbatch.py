@@ -55,7 +55,7 @@ from pyroute2.netlink.marshal import Marshal
 from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_GETLINK, RTM_SETLINK
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
-from cni_skel.rtnl import Rtnl
+from cni_skel.rtnl import RTMGRP_LINK, SIOCGSKNS, Rtnl
 
 __all__ = ["GROUPS", "LOCK_DIR", "alone", "delete", "take_stats"]
 
@@ -65,8 +65,6 @@ LOCK_DIR = "/run/cni-skel/link-batches"
 GROUPS = (0x40000000, 0x80000000)
 _REQ = NLM_F_REQUEST | NLM_F_ACK
 _GROUP = struct.Struct("=I")
-_RTMGRP_LINK = 1
-_SIOCGSKNS = 0x894C  # linux/sockios.h: a socket's network namespace, as an fd
 _NOTICES = Marshal()
 _NOTICES.msg_map = {RTM_DELLINK: ifinfmsg}
 _ANSWERS = Marshal()
@@ -164,7 +162,7 @@ def _delete_group(group: int, index: int, commit: int) -> int:
     seen: set[int] = set()  # indexes of the group's links deleted, from their notices
     try:
         try:
-            watch.bind((0, _RTMGRP_LINK))
+            watch.bind((0, RTMGRP_LINK))
         except OSError:  # no notifications: the lock waits for the answer
             watch.close()
         sender = threading.Thread(target=send, name="cni-skel delete link group")
@@ -257,7 +255,7 @@ def alone(sock: Rtnl) -> Iterator[bool]:
     no marking) and lets go once that deletion has answered. False: join
     the batch (`delete`); also when the lock files can not be had."""
     try:
-        ns = fcntl.ioctl(sock.fileno(), _SIOCGSKNS)
+        ns = fcntl.ioctl(sock.fileno(), SIOCGSKNS)
     except OSError:
         yield False
         return

@@ -89,7 +89,7 @@ from cni_skel import compat, linkbatch
 from cni_skel.env import ifname_problem
 from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, CNIError
 from cni_skel.netns import CLONE_NEWNET, setns
-from cni_skel.rtnl import Rtnl, build
+from cni_skel.rtnl import RTMGRP_LINK, SIOCGSKNS, Rtnl, build
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from pyroute2 import IPRoute
@@ -586,7 +586,7 @@ def netnsid(ipr: Socket, netns: int | Socket) -> int | None:
     if isinstance(netns, int):
         return _netnsid(ipr, netns)
     try:
-        fd = fcntl.ioctl(netns.fileno(), _SIOCGSKNS)
+        fd = fcntl.ioctl(netns.fileno(), SIOCGSKNS)
     except OSError as e:
         raise CNIError(ERR_INTERNAL, f"get netns id: {_errmsg(e)}") from e
     try:
@@ -790,9 +790,6 @@ def delete_link(ipr: Socket, name: Link | str | int, missing_ok: bool = True) ->
 #: Deletions answered once unlisted, still in the kernel (`wait_deletions`):
 #: each thread with the eventfd it signals when done.
 _finishing: list[tuple[threading.Thread, int]] = []
-# linux/sockios.h and rtnetlink.h: defined once, in linkbatch.
-_SIOCGSKNS = linkbatch._SIOCGSKNS
-_RTMGRP_LINK = linkbatch._RTMGRP_LINK
 
 
 def _delete_unlisted(ipr: Socket, name: Link | str | int, ignore: tuple[int, ...]) -> Any:
@@ -801,7 +798,7 @@ def _delete_unlisted(ipr: Socket, name: Link | str | int, ignore: tuple[int, ...
     notification or the request's end, whichever comes first."""
     msg = _link_msg(name)
     try:
-        ns_fd = fcntl.ioctl(ipr.fileno(), _SIOCGSKNS)
+        ns_fd = fcntl.ioctl(ipr.fileno(), SIOCGSKNS)
     except OSError:
         return _request("delete link", name, ipr, msg, RTM_DELLINK, _REQ, ignore=ignore)
     index = name.index if isinstance(name, Link) else name if isinstance(name, int) else None
@@ -823,7 +820,7 @@ def _delete_unlisted(ipr: Socket, name: Link | str | int, ignore: tuple[int, ...
             try:
                 outcome["watch"] = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW,
                                                  socket.NETLINK_ROUTE)
-                outcome["watch"].bind((0, _RTMGRP_LINK))
+                outcome["watch"].bind((0, RTMGRP_LINK))
             except OSError:
                 pass  # no watch: the caller waits for the request's end
             finally:

@@ -60,6 +60,10 @@ __all__ = ["COMMANDS", "GET", "Rtnl", "build"]
 NETLINK_ROUTE = 0
 SOL_NETLINK = 270
 NETLINK_GET_STRICT_CHK = 12
+#: rtnetlink.h: the multicast group of link notices (RTM_NEWLINK/RTM_DELLINK).
+RTMGRP_LINK = 1
+#: sockios.h: the ioctl giving a socket's network namespace as an fd.
+SIOCGSKNS = 0x894C
 _REQ = NLM_F_REQUEST | NLM_F_ACK
 #: Flags of a GET: one answer, no ACK.
 GET = NLM_F_REQUEST

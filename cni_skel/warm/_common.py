@@ -1,11 +1,14 @@
 """Where the worker's lines go, for its parent (`cni_skel.warm.pool`) and its
-serving processes (`cni_skel.warm.serving`) alike: `LogSink` and ``_log``.
+serving processes (`cni_skel.warm.serving`) alike: `LogSink` and ``_log``;
+and `received_fds`, the descriptors a message brought.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import socket
+import sys
 
 
 class LogSink:
@@ -25,3 +28,13 @@ class LogSink:
 def _log(log: LogSink, cid: str, text: str) -> None:
     # One line each, the container ID first ("-" outside a request).
     log.write(f"cni-skel worker[{os.getpid()}]: {cid or '-'} {text}\n")
+
+
+def received_fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
+    """The descriptors in ``recvmsg``'s ancillary data (SCM_RIGHTS), in order."""
+    fds: list[int] = []
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.extend(int.from_bytes(data[i:i + 4], sys.byteorder)
+                       for i in range(0, len(data) - len(data) % 4, 4))
+    return fds

@@ -57,6 +57,7 @@ from .protocol import (
     KIND_PING,
     KIND_RUN,
     MAX_STDIN_BYTES,
+    PING_HELD,
     PROTOCOL_VERSION,
     REPLY_HEADER,
     REPLY_TIMEOUT,
@@ -163,15 +164,17 @@ def exchange(sock, message, fds=()):
     return read_reply(sock)
 
 
-def ping(path, timeout=5.0):
+def ping(path, timeout=5.0, held=False):
     """Ask the worker at ``path`` whether it serves: ``(True, its description)``
-    or ``(False, why not)``."""
+    or ``(False, why not)``; with ``held``, the description also lists what
+    the keeper's services hold (one more round trip, to the keeper)."""
     try:
         sock = connect(path, timeout)
     except OSError as exc:
         return False, f"cannot connect: {exc.strerror or exc}"
     try:
-        status, _, body = exchange(sock, encode_request([KIND_PING]))
+        fields = [KIND_PING, PING_HELD] if held else [KIND_PING]
+        status, _, body = exchange(sock, encode_request(fields))
     except (OSError, WorkerGone, _NotRun) as exc:
         return False, str(exc)
     finally:

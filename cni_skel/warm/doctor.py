@@ -75,7 +75,7 @@ def diagnose(bin_dir: str, names: list[str], systemd_dir: str, timeout: float = 
         fallbacks = _fallback_lines(sock)
         if fallbacks:
             d.lines.append(f"one-shot fallbacks logged: {len(fallbacks)}; last: {fallbacks[-1]}")
-        ok, text = ping(sock, timeout)
+        ok, text = ping(sock, timeout, held=True)
         if not ok:
             d.lines.append(f"worker on {sock}: not answering ({text})")
             if fallback_none:

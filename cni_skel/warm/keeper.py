@@ -23,15 +23,14 @@ import os
 import selectors
 import signal
 import socket
-import sys
 import threading
 import time
 from typing import Any
 
 from ..errors import ERR_DECODING_FAILURE, ERR_INTERNAL, CNIError
-from ..keeper import MAX_FDS, MAX_MESSAGE, Service, _close
+from ..keeper import MAX_FDS, MAX_MESSAGE, Service, close_fds
 from ..skel import resolve_ref
-from ._common import LogSink, _log
+from ._common import LogSink, _log, received_fds
 
 __all__ = ["KEEPER_SERVICE", "PROCESS_NAME", "Keeper", "keeper_report", "service_classes"]
 
@@ -148,17 +147,13 @@ class Keeper:
                     16, socket.CMSG_SPACE((MAX_FDS + 1) * 4), socket.MSG_CMSG_CLOEXEC)
             except (BlockingIOError, InterruptedError):
                 return
-            fds: list[int] = []
-            for level, kind, data in anc:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    fds.extend(int.from_bytes(data[i:i + 4], sys.byteorder)
-                               for i in range(0, len(data) - len(data) % 4, 4))
+            fds = received_fds(anc)
             if not fds:
                 continue
             try:
                 conn = socket.socket(fileno=fds[0])
             except OSError:
-                _close(fds)
+                close_fds(fds)
                 continue
             threading.Thread(target=self._answer, args=(conn, fds[1:]), daemon=True,
                              name="keeper-call").start()
@@ -170,7 +165,7 @@ class Keeper:
                 service, request = self._read(conn)
                 owned = False
                 if service is None:
-                    _close(fds)
+                    close_fds(fds)
                     answer = {"ok": self._listing()}
                 else:
                     answer = {"ok": service.handle(request, fds)}
@@ -181,7 +176,7 @@ class Keeper:
                                     "msg": f"keeper: {type(exc).__name__}: {exc}"}}
             finally:
                 if owned:
-                    _close(fds)
+                    close_fds(fds)
             with contextlib.suppress(OSError):
                 conn.settimeout(_READ_TIMEOUT)
                 conn.sendall(json.dumps(answer).encode())

@@ -64,9 +64,9 @@ from typing import Any
 
 from .. import __version__
 from ..errors import ERR_TRY_AGAIN_LATER, CNIError
-from ..keeper import _attach
+from ..keeper import _attach, close_fds
 from ..skel import error_answer, resolve_ref
-from ._common import LogSink, _log
+from ._common import LogSink, _log, received_fds
 from .keeper import _REPORT_KEEPER, Keeper, keeper_report, service_classes
 from .metrics import Metrics
 from .protocol import (
@@ -665,22 +665,17 @@ class Worker:
             except OSError as exc:
                 _log(self.log, "", f"reading a child's report failed: {exc}")
                 return
-            fds: list[int] = []
+            fds = received_fds(anc)
             pid = 0
             for level, kind, data in anc:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    fds.extend(int.from_bytes(data[i:i + 4], sys.byteorder)
-                               for i in range(0, len(data) - len(data) % 4, 4))
-                elif level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
                     pid = struct.unpack("3i", data[:struct.calcsize("3i")])[0]
             try:
                 fds = self._take_report(pid, msg, flags, fds)
             except Exception as exc:
                 _log(self.log, "", f"dropped a malformed report from child {pid}: "
                                    f"{type(exc).__name__}: {exc}")
-            for fd in fds:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+            close_fds(fds)
 
     def _take_report(self, pid: int, msg: bytes, flags: int, fds: list[int]) -> list[int]:
         """Apply one report of child ``pid``; returns the fds it did not keep.

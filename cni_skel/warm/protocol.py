@@ -17,7 +17,8 @@ connection to the worker's unix stream socket:
              magic: b"CSK" + the launcher's protocol version as one ASCII
              digit (`REQUEST_MAGIC`, version `PROTOCOL_VERSION`); version 1
              launchers send b"CSKQ"
-             fields: kind (KIND_RUN / KIND_PING); a run request has
+             fields: kind (KIND_RUN / KIND_PING); a ping may add `PING_HELD`
+             (its answer then lists what the keeper holds); a run request has
              `RUN_FIELDS` fields: kind, ref, pythonpath (NUL-joined), cwd,
              umask (decimal), environment (NUL-joined K=V), stdin, launcher
              (its kind and fallback, e.g. b"native none"; version 1: absent)
@@ -115,6 +116,9 @@ REQUEST_MAGIC = _MAGIC_PREFIX + str(PROTOCOL_VERSION).encode()
 REPLY_MAGIC = b"CSKR"
 #: Request kinds (first field).
 KIND_RUN, KIND_PING = b"run", b"ping"
+#: A ping's optional second field: list what the keeper holds (workers that
+#: predate it ignore it).
+PING_HELD = b"held"
 #: Fields of a run request, kind included, by protocol version.
 RUN_FIELDS = 8
 RUN_FIELDS_BY_VERSION = {1: 7, 2: 8}

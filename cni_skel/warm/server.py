@@ -77,7 +77,7 @@ def serve(socket_path: str = DEFAULT_SOCKET, refs: list[str] | None = None,
 def check(socket_path: str = DEFAULT_SOCKET, timeout: float = 5.0) -> tuple[bool, str]:
     """Does a worker answer on ``socket_path``? ``(True, its description)``
     or ``(False, why not)``."""
-    ok, text = ping(socket_path, timeout)
+    ok, text = ping(socket_path, timeout, held=True)
     return ok, describe(text) if ok else text
 
 

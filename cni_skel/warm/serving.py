@@ -82,7 +82,7 @@ from ..netns import current_netns, setns
 from ..skel import dispatch, error_answer, load_config
 from ..types import Interface, IPConfig, Result, Route
 from ..version import ALL_VERSIONS
-from ._common import LogSink, _log
+from ._common import LogSink, _log, received_fds
 from .caller import _caller_caps, _caps, _caps_within, _drop_caps, _peer_cred, _Refused
 from .install import launcher_info
 from .keeper import KEEPER_SERVICE
@@ -90,6 +90,7 @@ from .protocol import (
     KIND_PING,
     KIND_RUN,
     MAX_REQUEST_BYTES,
+    PING_HELD,
     PROTOCOL_VERSION,
     REQUEST_HEADER,
     RUN_FIELDS_BY_VERSION,
@@ -310,7 +311,7 @@ class WorkerChild:
             try:
                 return self._serve_request(conn, fields, fds, peer_pid, version)
             finally:
-                _close_all(fds)
+                keeper.close_fds(fds)
 
     def _serve_request(self, conn: socket.socket, fields: list[bytes], fds: list[int],
                        peer_pid: int = 0, version: int = PROTOCOL_VERSION) -> str | None:
@@ -319,7 +320,7 @@ class WorkerChild:
             # A client that gave up before the answer (a timed-out --check,
             # a slow start) is no failure of this process.
             about = self.about
-            if keeper.in_worker():  # what the keeper holds (cni-skel worker --check, doctor)
+            if PING_HELD in fields[1:] and keeper.in_worker():  # --check, doctor
                 try:
                     held: Any = keeper.call(KEEPER_SERVICE, {"op": "list"}, timeout=2.0)
                 except CNIError as exc:
@@ -399,7 +400,7 @@ class WorkerChild:
             # The caller's stderr and namespaces go before the answer: a
             # runtime reads the launcher's stderr to EOF once it exits.
             self.baseline.restore_stdio()
-            _close_all(fds)
+            keeper.close_fds(fds)
         if code != 0 and _error_of(out)[0] == ERR_INTERNAL:
             dirty = dirty or "answered error 999"
         line.write("answered", "", out, code)  # before the answer: the log is never behind
@@ -580,10 +581,7 @@ def _read_request(conn: socket.socket, deadline: float) -> tuple[int, list[bytes
         conn.settimeout(max(0.001, deadline - time.monotonic()))
         data, anc, _, _ = conn.recvmsg(REQUEST_HEADER, socket.CMSG_SPACE(8 * 4),
                                        socket.MSG_CMSG_CLOEXEC)
-        for level, kind, payload in anc:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds.extend(int.from_bytes(payload[i:i + 4], sys.byteorder)
-                           for i in range(0, len(payload) - len(payload) % 4, 4))
+        fds.extend(received_fds(anc))
         while len(data) < REQUEST_HEADER:
             more = recv_some(REQUEST_HEADER - len(data))
             if not more:
@@ -748,13 +746,6 @@ def _rss() -> int:
     """This process's resident set, in bytes."""
     with open("/proc/self/statm", "rb") as fp:
         return int(fp.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _close_all(fds: list[int]) -> None:
-    """Close and forget ``fds`` (emptied: a second call closes nothing)."""
-    while fds:
-        with contextlib.suppress(OSError):
-            os.close(fds.pop())
 
 
 def _rehearse(plugins: dict[str, Any]) -> None:

@@ -45,7 +45,7 @@ from cni_skel.errors import (
     ERR_UNKNOWN_CONTAINER,
     CNIError,
 )
-from cni_skel.keeper import Service
+from cni_skel.keeper import Service, close_fds
 from cni_skel.netns import CLONE_NEWNET, NetNS, setns
 from cni_skel.rtnl import Rtnl
 from cni_skel.state import StateDir, attachment_file_name
@@ -61,12 +61,6 @@ EVENTS = ("acquired", "renewed", "rebound", "released", "expired", "nak", "timeo
 _STOP_WAIT = 5.0  # seconds a stopping lease may take to send its RELEASE
 # Asked for whatever the config asks: the lease times.
 _TIMES = (51, 58, 59)
-
-
-def _close(fds: list[int]) -> None:
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
 
 
 def client_id(container_id: str, network: str, ifname: str) -> bytes:
@@ -149,7 +143,7 @@ class _Holder:
         finally:
             self.state = "stopped"
             self.ready.set()
-            _close([self.netns_fd])
+            close_fds([self.netns_fd])
 
     async def _main(self) -> None:
         self.stop_event = asyncio.Event()
@@ -357,7 +351,7 @@ class Leases(Service):
         op = request.get("op")
         if op == "acquire":
             return self._acquire(request, fds)
-        _close(fds)
+        close_fds(fds)
         if op == "release":
             return self._release(request)
         if op == "check":
@@ -375,7 +369,7 @@ class Leases(Service):
 
     def _acquire(self, request: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         if len(fds) != 1:
-            _close(fds)
+            close_fds(fds)
             raise CNIError(ERR_INVALID_NETNS, "dhcp: the pod's network namespace was not passed")
         key = self._key(request)
         record = {"clientID": key, "network": request["network"],
