@@ -4,9 +4,11 @@ A test names what it needs: ``@pytest.mark.kernel("dummy", "ipvlan", "8021q",
 "vrf", "bridge_vlan_filtering")`` (`FEATURES`). `KernelVM`, a pytest plugin
 conftest.py registers, probes the host kernel once (`probe`: each link kind
 created in a throwaway network namespace). A marked test whose features the
-host has runs here as any other; the others are replaced by `VMItem`s. The
-first of those to run boots ONE qemu VM of Debian's own kernel (`run_vm`):
-this machine's root over 9p, read-only, under a tmpfs overlay, no network.
+host has runs here as any other; the others are replaced by `VMItem`s. Once
+collection is done it boots ONE qemu VM of Debian's own kernel (`start_vm`),
+in the background: the host's tests run meanwhile, and the `VMItem`s, moved
+to the end of the run, wait for it (`finish_vm`). The VM has this
+machine's root over 9p, read-only, under a tmpfs overlay, no network.
 It runs ``python -m pytest`` on all their node ids at once, with
 `IN_VM_ENV` set (inside, tests run normally), and writes its JUnit XML to
 a second, writable 9p share of a host temporary directory. Each `VMItem`
@@ -30,6 +32,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyroute2 import IPRoute
@@ -41,8 +44,12 @@ from cni_skel.netns import NetNS
 #: Set (to "1") in the VM: marked tests run there, whatever the probe says.
 IN_VM_ENV = "CNI_SKEL_IN_KERNEL_VM"
 #: Seconds the whole VM run (boot and tests) may take before qemu is killed.
+#: It runs beside the host's tests, so it takes longer than alone (~16 min).
 TIMEOUT_ENV = "CNI_SKEL_KERNEL_VM_TIMEOUT"
-TIMEOUT = 25 * 60
+TIMEOUT = 45 * 60
+#: qemu's priority beside the host's tests: they keep most of the CPU when
+#: both want it; the VM takes what they leave (their waits, their I/O).
+NICE = 5
 #: The plugin modes (conftest's ``cni_mode``) a test runs in when it runs in
 #: the VM: both by default, as on the host (under emulation a one-shot call
 #: pays seconds of Python start-up; warm pays the worker's start once, so its
@@ -321,6 +328,7 @@ def _run_script(nodeids: list[str], rootdir: Path, pytest_args: list[str],
     exports = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                "HOME": "/root", "LANG": "C.UTF-8", **env, IN_VM_ENV: "1"}
     cmd = [sys.executable, "-m", "pytest", "-v", "-rfEs", "--color=no", "--basetemp=/tmp/cnsk-vm",
+           "--durations=15",  # on the console: where the emulated minutes go
            f"--junitxml={RESULTS}/junit.xml", *pytest_args, *nodeids]
     return "\n".join([
         *(f"export {k}={shlex.quote(v)}" for k, v in exports.items()),
@@ -338,12 +346,24 @@ def _virtfs(path: Path | str, tag: str, extra: str = "") -> list[str]:
                        f"security_model=none,multidevs=remap{extra}"]
 
 
-def run_vm(nodeids: list[str], workdir: Path, *, rootdir: Path, pytest_args: list[str],
-           env: dict[str, str], timeout: float) -> VMRun:
-    """Boot the VM once and run ``python -m pytest <nodeids>`` in it (from
-    ``rootdir``, with ``pytest_args`` and ``env``); qemu is killed at
-    ``timeout`` seconds and whatever happens. Raises VMUnavailable when qemu
-    or a kernel is missing."""
+@dataclass
+class VMBoot:
+    """A VM `start_vm` booted: its qemu process, running until `finish_vm`."""
+
+    proc: subprocess.Popen
+    run: VMRun
+    workdir: Path
+    started: float
+    log: Any
+
+
+def start_vm(nodeids: list[str], workdir: Path, *, rootdir: Path, pytest_args: list[str],
+             env: dict[str, str], nice: int = 0) -> VMBoot:
+    """Boot the VM (without waiting) to run ``python -m pytest <nodeids>`` in
+    it (from ``rootdir``, with ``pytest_args`` and ``env``), qemu at priority
+    ``nice``. Raises VMUnavailable when qemu or a kernel is missing. The
+    qemu process must be started by the thread that lives as long as the
+    run (it gets SIGKILL when that thread ends: ``--pdeathsig``)."""
     qemu = shutil.which(QEMU)
     if qemu is None:
         raise VMUnavailable(f"{QEMU} not found; {DEPS}")
@@ -353,30 +373,43 @@ def run_vm(nodeids: list[str], workdir: Path, *, rootdir: Path, pytest_args: lis
     results.mkdir()
     (results / "run.sh").write_text(_run_script(nodeids, rootdir, pytest_args, env))
     run = VMRun(console=workdir / "console.log", kernel=version)
-    cmd = ["setpriv", "--pdeathsig", "KILL", "--",  # qemu dies with this process
+    cmd = ["nice", "-n", str(nice),
+           "setpriv", "--pdeathsig", "KILL", "--",  # qemu dies with this process
            qemu, "-nodefaults", "-no-user-config", "-machine", "accel=tcg", "-m", "4096M",
            "-smp", "2", "-nic", "none", "-display", "none", "-monitor", "none",
            "-serial", f"file:{run.console}", "-no-reboot", "-kernel", str(kernel),
            "-initrd", str(initrd), "-append", "console=ttyS0 quiet panic=-1",
            *_virtfs("/", "hostroot", ",readonly=on"), *_virtfs(results, "results")]
-    start = time.monotonic()
-    with open(workdir / "qemu.log", "wb") as log:
+    log = open(workdir / "qemu.log", "wb")  # noqa: SIM115 (closed by finish_vm)
+    try:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT)
-        try:
-            status = proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            status = None
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    run.seconds = time.monotonic() - start
+    except BaseException:
+        log.close()
+        raise
+    return VMBoot(proc=proc, run=run, workdir=workdir, started=time.monotonic(), log=log)
+
+
+def finish_vm(boot: VMBoot, timeout: float) -> VMRun:
+    """Wait for ``boot``'s VM until ``timeout`` seconds after it started
+    (then qemu is killed) and read what its pytest reported."""
+    proc, run, workdir = boot.proc, boot.run, boot.workdir
+    try:
+        status = proc.wait(max(0.0, boot.started + timeout - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        status = None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        boot.log.close()
+    run.seconds = time.monotonic() - boot.started
     console = run.tail(10**6)
     for what in ("start", "end"):
         m = re.search(rf"^kernelvm: tests {what} at ([\d.]+)", console, re.M)
         if m:
             run.marks[what] = float(m.group(1))
+    results = workdir / "results"
     junit, exit_file = results / "junit.xml", results / "status"
     if junit.is_file():
         with contextlib.suppress(ET.ParseError):
@@ -391,6 +424,13 @@ def run_vm(nodeids: list[str], workdir: Path, *, rootdir: Path, pytest_args: lis
         run.problem = (f"the VM's pytest exited {exit_file.read_text().strip()} and reported "
                        "no test")
     return run
+
+
+def run_vm(nodeids: list[str], workdir: Path, *, rootdir: Path, pytest_args: list[str],
+           env: dict[str, str], timeout: float) -> VMRun:
+    """`start_vm` and `finish_vm`: boot the VM, wait for its run."""
+    return finish_vm(start_vm(nodeids, workdir, rootdir=rootdir, pytest_args=pytest_args,
+                              env=env), timeout)
 
 
 # --------------------------------------------------------------------------
@@ -437,6 +477,7 @@ class KernelVM:
         self.env = env
         self.in_vm = os.environ.get(IN_VM_ENV) == "1"
         self.items: list[VMItem] = []
+        self.boot: VMBoot | None = None
         self.run: VMRun | None = None
 
     @pytest.hookimpl(trylast=True)  # after -k/-m/--deselect: only what runs
@@ -472,23 +513,42 @@ class KernelVM:
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = [i for i in items if i not in dropped]
+        # Last: the host's tests run while the VM does.
+        items[:] = ([i for i in items if not isinstance(i, VMItem)]
+                    + [i for i in items if isinstance(i, VMItem)])
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if self.items and not session.config.option.collectonly:
+            self._start(session.config)
+
+    def _start(self, config: pytest.Config) -> None:
+        if self.boot is not None or self.run is not None:
+            return
+        args = config.invocation_params.args
+        passed = [a for i, a in enumerate(args)  # -p options: plugins on or off
+                  if a.startswith("-p") or (i and args[i - 1] == "-p")]
+        workdir = config._tmp_path_factory.mktemp("kernelvm")
+        try:
+            self.boot = start_vm([i.nodeid for i in self.items], workdir,
+                                 rootdir=config.rootpath, pytest_args=passed, env=self.env,
+                                 nice=NICE)
+        except VMUnavailable as e:
+            self.run = VMRun(problem=f"cannot boot the kernel VM: {e}")
+        except Exception as e:  # every VMItem fails with it; none boots again
+            self.run = VMRun(problem=f"cannot boot the kernel VM: {type(e).__name__}: {e}")
 
     def vm_run(self, config: pytest.Config) -> VMRun:
-        """The VM's run of every `VMItem` (booted on the first call)."""
+        """The VM's run of every `VMItem` (waited for by the first)."""
+        self._start(config)
         if self.run is None:
-            args = config.invocation_params.args
-            passed = [a for i, a in enumerate(args)  # -p options: plugins on or off
-                      if a.startswith("-p") or (i and args[i - 1] == "-p")]
-            workdir = config._tmp_path_factory.mktemp("kernelvm")
-            try:
-                self.run = run_vm([i.nodeid for i in self.items], workdir,
-                                  rootdir=config.rootpath, pytest_args=passed, env=self.env,
-                                  timeout=float(os.environ.get(TIMEOUT_ENV, TIMEOUT)))
-            except VMUnavailable as e:
-                self.run = VMRun(problem=f"cannot boot the kernel VM: {e}")
-            except Exception as e:  # every VMItem fails with it; none boots again
-                self.run = VMRun(problem=f"cannot boot the kernel VM: {type(e).__name__}: {e}")
+            assert self.boot is not None
+            self.run = finish_vm(self.boot, float(os.environ.get(TIMEOUT_ENV, TIMEOUT)))
         return self.run
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        # A run that ended before its VMItems (-x, ^C): the VM goes too.
+        if self.boot is not None and self.run is None:
+            self.run = finish_vm(self.boot, 0)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         run = self.run
