@@ -50,14 +50,18 @@ _PR_CAP_AMBIENT_RAISE, _PR_CAP_AMBIENT_CLEAR_ALL = 2, 4
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 
-def _caps(pid: int | str) -> dict[str, int]:
+def _caps(pid: int | str, status_fd: int | None = None) -> dict[str, int]:
     """The capability sets (bit masks) and no_new_privs of process ``pid``
-    (``"self"``), from /proc/<pid>/status."""
-    fd = os.open(f"/proc/{pid}/status", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        text = os.read(fd, 65536)  # one read: the kernel renders it whole (~1.5 KiB)
-    finally:
-        os.close(fd)
+    (``"self"``), from /proc/<pid>/status (``status_fd``: that file, kept
+    open by the caller, read again from its start)."""
+    if status_fd is not None:
+        text = os.pread(status_fd, 65536, 0)
+    else:
+        fd = os.open(f"/proc/{pid}/status", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            text = os.read(fd, 65536)  # one read: the kernel renders it whole (~1.5 KiB)
+        finally:
+            os.close(fd)
     out: dict[str, int] = {}
     for key in _CAP_FIELDS:
         start = text.find(b"\n" + key.encode() + b":")

@@ -79,6 +79,7 @@ from .protocol import (
 )
 from .serving import (
     _BATCHES_MAX,
+    _DONE_FIELDS,
     _FIELD_MAX,
     _IDLE_EXIT,
     _RECYCLED,
@@ -86,7 +87,7 @@ from .serving import (
     _REPORT_BATCHES,
     _REPORT_DONE,
     _REPORT_IDLE,
-    _REPORT_REQUEST,
+    _REQUEST_FIELDS,
     MAX_GROWTH,
     MAX_REQUESTS,
     WorkerChild,
@@ -257,8 +258,8 @@ def _describe_status(status: int) -> str:
 class ChildState:
     """What the parent knows of one serving process (`Worker.children`):
     idle until it reports the connection it accepted, busy until it reports
-    idle again; the request fields come from its "request" report, for the
-    log and a crash answer."""
+    idle again; the request fields come with the connection, for the log and
+    a crash answer."""
 
     conn: socket.socket | None = None  # the parent's copy of its connection
     since: float = 0.0  # monotonic time it accepted
@@ -694,31 +695,37 @@ class Worker:
         if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
             raise ValueError("report truncated")
         kind, *fields = msg.split(b"\0")
-        if kind == _REPORT_ACCEPTED and not fields and len(fds) == 1 and child.conn is None:
+        if (kind == _REPORT_ACCEPTED and len(fields) in (0, _REQUEST_FIELDS) and len(fds) == 1
+                and child.conn is None):
             child.conn = socket.socket(fileno=fds[0])
             child.since = self.last_active = time.monotonic()
+            if fields:
+                child.cid, child.cmd, child.ref, child.version, child.netns = (
+                    f.decode("utf-8", "replace")[:_FIELD_MAX] for f in fields)
             return []
-        if kind == _REPORT_IDLE and not fields and not fds and child.conn is not None:
+        if (kind == _REPORT_IDLE and len(fields) % _DONE_FIELDS == 0 and not fds
+                and child.conn is not None):
             child.conn.close()
             self.children[pid] = ChildState(idle_since=time.monotonic(), retiring=child.retiring)
             self.last_active = self.freed_at = time.monotonic()
-            return []
-        if kind == _REPORT_REQUEST and len(fields) == 5 and not fds:
-            child.cid, child.cmd, child.ref, child.version, child.netns = (
-                f.decode("utf-8", "replace")[:_FIELD_MAX] for f in fields)
+            for i in range(0, len(fields), _DONE_FIELDS):
+                self._observe(fields[i:i + _DONE_FIELDS])
             return []
         if kind == _REPORT_BATCHES and 0 < len(fields) <= _BATCHES_MAX and not fds:
             sizes = [int(f) for f in fields if f != b"refused"]  # ValueError: not ours
             if self.metrics is not None:
                 self.metrics.link_batches(sizes, len(fields) - len(sizes))
             return []
-        if kind == _REPORT_DONE and len(fields) == 5 and not fds:
-            if self.metrics is not None:
-                plugin, verb, outcome, code, seconds = (f.decode("utf-8", "replace")
-                                                        for f in fields)
-                self.metrics.observe(plugin, verb, outcome, code, float(seconds))
+        if kind == _REPORT_DONE and len(fields) == _DONE_FIELDS and not fds:
+            self._observe(fields)
             return []
         raise ValueError(f"unexpected report {msg[:40]!r} with {len(fds)} fds")
+
+    def _observe(self, fields: list[bytes]) -> None:
+        """One call's "done" fields into the metrics (ValueError: not ours)."""
+        if self.metrics is not None:
+            plugin, verb, outcome, code, seconds = (f.decode("utf-8", "replace") for f in fields)
+            self.metrics.observe(plugin, verb, outcome, code, float(seconds))
 
     def _reap(self) -> None:
         while self.children or self.keeper_pid:

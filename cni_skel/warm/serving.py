@@ -44,7 +44,8 @@ exec'd as usual.
 
 A call never sees what the one before it left in its process: after each
 call the process restores fds 0-2, its network and mount namespaces, cwd,
-umask, environment and ``sys.path``, and checks everything else a call could
+umask and ``sys.path``; the next call's environment replaces the last one's
+key by key (consecutive calls share most of it); it checks everything else a call could
 change (threads, fds, signal handlers and timers, ids, rlimits, capabilities,
 every namespace type, memory growth past ``max_growth``). When a check fails,
 the call answered error 999, the caller's capabilities were smaller than the
@@ -61,6 +62,7 @@ whole request, then its connection is closed (one child, not the worker).
 
 from __future__ import annotations
 
+import _signal  # noqa: PLC2701 (getsignal without the enum wrapping: see _handlers)
 import contextlib
 import gc
 import io
@@ -72,6 +74,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from .. import __version__, keeper, linkbatch, netlink, nft, state
@@ -116,10 +119,15 @@ CLONE_NEWNET = 0x40000000
 _FIELD_MAX = 256  # characters of a container ID etc. kept for the log
 # Serving processes' exit statuses; anything else is a crash the parent answers.
 _IDLE_EXIT, _RECYCLED = 102, 103
-# A serving process's reports: the connection it took (its fd attached), the
-# request's fields, how a request ended (for metrics), and idle again.
-_REPORT_ACCEPTED, _REPORT_REQUEST, _REPORT_DONE, _REPORT_IDLE = (b"accepted", b"request",
-                                                                 b"done", b"idle")
+# A serving process's reports, two per call: the connection it took (its fd
+# attached; a run request's fields with it: container ID, verb, plugin ref,
+# cniVersion, netns), and idle again (with how the call ended, for metrics:
+# `_DONE_FIELDS` fields per call, an in-process delegate's first). "done"
+# alone: how a call ended when no idle report follows at once. Each report
+# wakes the parent: they are merged where the order allows.
+_REPORT_ACCEPTED, _REPORT_DONE, _REPORT_IDLE = b"accepted", b"done", b"idle"
+_REQUEST_FIELDS = 5  # cid, verb, ref, cniVersion, netns
+_DONE_FIELDS = 5  # plugin, verb, outcome, code, seconds
 # The link deletion batches a serving process led (`linkbatch.take_stats`):
 # one field each, the links deleted, or "refused".
 _REPORT_BATCHES = b"batches"
@@ -142,9 +150,11 @@ class WorkerChild:
     a first run happen before a request, not during it), records the process
     state a request may change (`ProcessBaseline`), then loops: wait on the
     shared listening socket (EPOLLEXCLUSIVE: one idle process wakes per
-    connection), accept, report the connection to the parent (passing it a
-    copy, so a crash can still be answered), check the caller, enter its
-    context, run ``dispatch``, answer, put everything back and report idle.
+    connection), accept, read the request, report the connection to the
+    parent with the request's fields (passing it a copy, so a crash can
+    still be answered), check the caller, enter its context, run
+    ``dispatch``, report idle with the call's outcome, answer, put
+    everything back.
     A request that leaves something the process cannot put back (threads,
     fds, signal handlers, ids, capabilities, namespaces, memory growth past
     ``max_growth``), answers error 999 or ran with fewer capabilities ends
@@ -173,16 +183,41 @@ class WorkerChild:
         self.retire = False  # the parent asked this idle process to go (SIGUSR1)
         self.calls = 0  # plugin calls run (pings and refusals are not counted)
         self.idle_reported = False  # this connection's "idle" report went out
+        self.conn: socket.socket | None = None  # the connection being served
+        self.accepted_reported = False  # the parent has a copy of it
+        self.done: list[bytes] = []  # "done" fields not yet reported
 
     def _report_done(self, plugin: str, verb: str, outcome: str, code: str,
                      seconds: float) -> None:
-        """Tell the parent how a request ended (for its metrics)."""
+        """Tell the parent how a request ended (for its metrics): with the
+        idle report that follows (`_report_idle`), or alone (`_flush_done`)."""
         if not self.report_done:
             return
-        fields = [_REPORT_DONE, *(v.encode("utf-8", "replace").replace(b"\0", b" ")[:_FIELD_MAX]
-                                  for v in (plugin, verb, outcome, code, f"{seconds:.6f}"))]
+        self.done.extend(v.encode("utf-8", "replace").replace(b"\0", b" ")[:_FIELD_MAX]
+                         for v in (plugin, verb, outcome, code, f"{seconds:.6f}"))
+
+    def _flush_done(self) -> None:
+        """Send the "done" reports no idle report will carry."""
+        while self.done:
+            fields, self.done = self.done[:_DONE_FIELDS], self.done[_DONE_FIELDS:]
+            with contextlib.suppress(OSError):
+                self.info_w.send(b"\0".join([_REPORT_DONE, *fields]))
+
+    def _report_accepted(self, fields: Sequence[bytes] = ()) -> bool:
+        """Pass the parent a copy of the connection (it answers the caller
+        if this process dies), once per connection, with a run request's
+        ``fields``; False when it could not (the connection is closed)."""
+        if self.accepted_reported:
+            return True
+        conn = self.conn
+        if conn is None or conn.fileno() < 0:
+            return False
         with contextlib.suppress(OSError):
-            self.info_w.send(b"\0".join(fields))
+            self.info_w.sendmsg([b"\0".join([_REPORT_ACCEPTED, *fields])],
+                                [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                  conn.fileno().to_bytes(4, sys.byteorder))])
+            self.accepted_reported = True
+        return self.accepted_reported
 
     def _not_served(self, reason: str) -> None:
         self._report_done("-", "-", reason, "", 0.0)
@@ -205,9 +240,11 @@ class WorkerChild:
             conn = self._accept(poll, wake_r)
             if conn is None:
                 return _IDLE_EXIT
-            self.idle_reported = False
+            self.idle_reported, self.accepted_reported, self.conn = False, False, conn
             why = self._serve_connection(conn)
             self._report_idle(why)  # when no answer went out (the client left)
+            self._flush_done()
+            self.conn = None
             if why is None:
                 why = baseline.restore()
             if why is None and self.calls >= self.max_requests:
@@ -226,11 +263,14 @@ class WorkerChild:
         call's "accepted" first would count one process busy too many and
         fork a spare for nothing (the pool crept from 10 to 13 processes
         under 8-way churn)."""
-        if self.idle_reported or why is not None or self.calls >= self.max_requests:
+        if (self.idle_reported or why is not None or self.calls >= self.max_requests
+                or not self._report_accepted()):
+            self._flush_done()
             return
         self.idle_reported = True
+        fields, self.done = self.done, []
         with contextlib.suppress(OSError):
-            self.info_w.send(_REPORT_IDLE)
+            self.info_w.send(b"\0".join([_REPORT_IDLE, *fields]))
 
     def _answer(self, conn: socket.socket, status: int, exit_code: int, out: bytes) -> None:
         """`_reply` for a connection after which this process serves again."""
@@ -272,10 +312,6 @@ class WorkerChild:
         (None: it may, once `ProcessBaseline.restore` agrees)."""
         with conn:
             conn.setblocking(True)
-            with contextlib.suppress(OSError):
-                self.info_w.sendmsg([_REPORT_ACCEPTED],
-                                    [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                                      conn.fileno().to_bytes(4, sys.byteorder))])
             deadline = time.monotonic() + self.request_timeout
             try:
                 peer_pid, uid, _ = _peer_cred(conn)
@@ -354,10 +390,8 @@ class WorkerChild:
 
         cid, cmd, netns = field(b"CNI_CONTAINERID"), field(b"CNI_COMMAND"), field(b"CNI_NETNS")
         version_s = _config_version(stdin)
-        with contextlib.suppress(OSError):
-            self.info_w.send(b"\0".join([_REPORT_REQUEST, *(
-                v.encode("utf-8", "replace").replace(b"\0", b" ")[:_FIELD_MAX]
-                for v in (cid, cmd, ref, version_s, netns))]))
+        self._report_accepted([v.encode("utf-8", "replace").replace(b"\0", b" ")[:_FIELD_MAX]
+                               for v in (cid, cmd, ref, version_s, netns)])
         plugin = self.plugins.get(ref)
         line = _RequestLine(self.log, cid, cmd, getattr(plugin, "name", None) or ref, netns,
                             launcher, start, self._report_done, fallback=fallback)
@@ -405,7 +439,9 @@ class WorkerChild:
             dirty = dirty or "answered error 999"
         line.write("answered", "", out, code)  # before the answer: the log is never behind
         finishing = netlink.finishing_deletions()
-        if not finishing:
+        if finishing:
+            self._flush_done()  # the metrics before the answer, as for any call
+        else:
             self._report_idle(dirty)
         try:
             conn.sendall(encode_reply(ST_DONE, code, out))
@@ -626,7 +662,7 @@ class ProcessBaseline:
     says why it cannot (then the process is recycled, not reused).
 
     Put back: fds 0-2 (`restore_stdio`) and the ``sys`` streams, network and
-    mount namespaces (setns to the process's own), cwd, umask, environment,
+    mount namespaces (setns to the process's own), cwd, umask,
     ``sys.path``, and the netns fd hand-over (nftables contexts of other
     namespaces than the process's own go once it idles:
     `WorkerChild._accept`). Checked, never guessed at: threads (setns of
@@ -643,32 +679,36 @@ class ProcessBaseline:
         self.streams = (sys.stdin, sys.stdout, sys.stderr)
         self.ns_fds = {kind: os.open(f"/proc/thread-self/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
                        for kind in ("net", "mnt")}
+        # Kept open: read again after every call (a path look-up in /proc
+        # costs more than the read).
+        self.ns_dir = os.open("/proc/thread-self/ns", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.status_fd = os.open("/proc/self/status", os.O_RDONLY | os.O_CLOEXEC)
+        self.statm_fd = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
         self.namespaces = self._namespaces()
         self.cwd = os.getcwd()
         self.umask = os.umask(0o022)
         os.umask(self.umask)
-        self.environ = dict(os.environb)
         self.path = list(sys.path)
         self.handlers = self._handlers()
         self.sigmask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
         self.ids = (os.getresuid(), os.getresgid(), sorted(os.getgroups()))
         self.rlimits = [resource.getrlimit(r) for r in _RLIMITS]
-        self.caps = _caps("self")
+        self.caps = _caps("self", self.status_fd)
         self.fds = self._fds()
-        self.rss = _rss()
+        self.rss = _rss(self.statm_fd)
 
-    @staticmethod
-    def _namespaces() -> dict[str, tuple[int, int]]:
+    def _namespaces(self) -> dict[str, str]:
         out = {}
         for kind in _NAMESPACES:
             with contextlib.suppress(OSError):  # a kernel without that type
-                st = os.stat(f"/proc/thread-self/ns/{kind}")
-                out[kind] = (st.st_dev, st.st_ino)
+                out[kind] = os.readlink(kind, dir_fd=self.ns_dir)  # "net:[4026531840]"
         return out
 
     @staticmethod
     def _handlers() -> dict[int, Any]:
-        return {sig: signal.getsignal(sig) for sig in _SIGNALS}
+        # _signal's: signal.getsignal wraps each answer in an enum (most of
+        # this check's time, after every call).
+        return {sig: _signal.getsignal(sig) for sig in _SIGNALS}
 
     @staticmethod
     def _fds() -> set[int]:
@@ -695,11 +735,12 @@ class ProcessBaseline:
         try:
             self.restore_stdio()
             for kind, flag in (("mnt", CLONE_NEWNS), ("net", CLONE_NEWNET)):
-                if not _same_file(self.ns_fds[kind], f"/proc/thread-self/ns/{kind}"):
+                if os.readlink(kind, dir_fd=self.ns_dir) != self.namespaces[kind]:
                     setns(self.ns_fds[kind], flag)
             os.chdir(self.cwd)
             os.umask(self.umask)
-            _set_environ(self.environ)
+            # The environment stays the last caller's: the next call sets
+            # its own (`_set_environ`), and nothing between calls reads it.
             sys.path[:] = self.path
             # nftables sockets of the caller's namespaces would keep them alive
         except Exception as exc:
@@ -722,7 +763,7 @@ class ProcessBaseline:
             return "user or group ids changed"
         if [resource.getrlimit(r) for r in _RLIMITS] != self.rlimits:
             return "resource limits changed"
-        if _caps("self") != self.caps:
+        if _caps("self", self.status_fd) != self.caps:
             return "capabilities changed"
         namespaces = self._namespaces()
         if namespaces != self.namespaces:
@@ -736,16 +777,18 @@ class ProcessBaseline:
             return f"fds left open ({', '.join(map(str, sorted(fds - self.fds)[:8]))})"
         if self.fds - fds:
             return f"fds of the worker closed ({', '.join(map(str, sorted(self.fds - fds)[:8]))})"
-        grown = _rss() - self.rss
+        grown = _rss(self.statm_fd) - self.rss
         if grown > self.max_growth:
             return f"memory grew by {grown >> 20} MiB"
         return None
 
 
-def _rss() -> int:
-    """This process's resident set, in bytes."""
-    with open("/proc/self/statm", "rb") as fp:
-        return int(fp.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+def _rss(statm_fd: int) -> int:
+    """This process's resident set, in bytes (``statm_fd``: /proc/self/statm)."""
+    return int(os.pread(statm_fd, 256, 0).split()[1]) * _PAGE_SIZE
+
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
 def _rehearse(plugins: dict[str, Any]) -> None:
