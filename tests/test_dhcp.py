@@ -392,6 +392,58 @@ def test_del_while_renewal_goes_unanswered(dhcp_node: Any, netns_factory: Any) -
     assert "clientID=dh-c1/" not in node.held()
 
 
+def test_del_with_the_netns_gone_still_releases(dhcp_node: Any, netns_factory: Any) -> None:
+    """The runtime removed the pod's namespace before DEL (its path is gone,
+    or CNI_NETNS is empty): the lease's thread still holds the namespace,
+    so DEL sends the RELEASE from the pod's interface, the server frees the
+    address, nothing stays held, and the namespace (with the macvlan in it)
+    goes once the thread lets go of it."""
+    node = dhcp_node()
+    for cid, netns in (("dh-gone1", "path"), ("dh-gone2", "")):
+        pod = netns_factory("cnsk-dhp")
+        run = node.call("ADD", node.conf(), pod, cid=cid)
+        assert run.exit_code == 0, run
+        ip = ip_of(run.doc)
+        with NetNS.open(pod.path) as ns:
+            ino = os.fstat(ns.fd).st_ino
+        remove_netns(pod)
+        assert _netns_held(ino)  # the lease's thread
+        since = node.server.mark()
+        gone = node.call("DEL", node.conf(), None, cid=cid) if netns == "" else \
+            run_plugin_raw(str(node.bin / "macvlan"), "DEL", node.conf(), container_id=cid,
+                           netns=pod.path, node=node.lan.node)
+        assert gone.exit_code == 0, gone
+        node.server.wait_for(rf"DHCPRELEASE\(lan0\) {re.escape(ip)} ", 5.0, since=since)
+        assert node.lease_of(ip) is None
+        assert f"clientID={cid}/" not in node.held()
+        # No process keeps the namespace alive any more (the kernel frees it,
+        # and the macvlan in it, once its last reference goes).
+        deadline = time.monotonic() + 5.0
+        while _netns_held(ino) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _netns_held(ino), f"a process still holds the pod's netns {ino}"
+        assert node.call("DEL", node.conf(), None, cid=cid).exit_code == 0
+
+
+def _netns_held(ino: int) -> bool:
+    """Whether any process has a thread in, or an fd on, network namespace ``ino``."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with contextlib.suppress(OSError):
+                    if os.stat(f"/proc/{pid}/task/{tid}/ns/net").st_ino == ino:
+                        return True
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    st = os.stat(f"/proc/{pid}/fd/{fd}")
+                    if st.st_ino == ino and st.st_dev == _NSFS_DEV:
+                        return True
+    return False
+
+
+_NSFS_DEV = os.stat("/proc/self/ns/net").st_dev
+
+
 # --- bad input and failures ------------------------------------------------------
 
 
