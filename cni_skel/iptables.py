@@ -20,7 +20,6 @@ Source: coreos/go-iptables as used by containernetworking/plugins 1.1.1
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import Sequence
 
@@ -57,11 +56,11 @@ class IPTables:
 
     def _run(self, args: Sequence[str], *, absent: tuple[int, ...] = ()) -> bool:
         argv = [self.tool, "-w", str(self.wait), "-t", self.table, *args]
-        if shutil.which(self.tool) is None:
-            raise CNIError(ERR_INTERNAL, f"{self.tool} not found",
-                           "the iptables package (iptables-nft or -legacy) is needed")
         try:
             proc = subprocess.run(argv, capture_output=True, timeout=self.timeout, check=False)
+        except FileNotFoundError:  # not on PATH (exec tells; no look-up per command)
+            raise CNIError(ERR_INTERNAL, f"{self.tool} not found",
+                           "the iptables package (iptables-nft or -legacy) is needed") from None
         except subprocess.TimeoutExpired:
             raise CNIError(ERR_INTERNAL, f"{' '.join(argv)} did not finish in "
                                          f"{self.timeout:g} s") from None
