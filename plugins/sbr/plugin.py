@@ -120,9 +120,10 @@ class Sbr(Plugin):
             if link is None:
                 raise CNIError(ERR_INTERNAL,
                                f"Cannot find network interface {args.ifname}: Link not found")
-            used = {r.table for r in netlink.rules(ipr)} \
-                | {r["table"] for r in netlink.routes(ipr, table=None)}
-            own = [r for r in netlink.routes(ipr) if r["oif"] == link.index]
+            every = netlink.routes(ipr, table=None)  # one dump: every table's
+            used = {r.table for r in netlink.rules(ipr)} | {r["table"] for r in every}
+            own = [r for r in every
+                   if r["table"] == netlink.RT_TABLE_MAIN and r["oif"] == link.index]
             table = _free_table(used, FIRST_TABLE)
             for ipc in ips:
                 self._rule(ipr, undo, ipc, table)
