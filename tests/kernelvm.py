@@ -412,8 +412,9 @@ def finish_vm(boot: VMBoot, timeout: float) -> VMRun:
     # qemu's own run: until the console's last line (power-down), which may
     # be long before its items were reached (it runs in the background).
     ended = time.time()
-    with contextlib.suppress(OSError):
-        ended = min(ended, run.console.stat().st_mtime) if run.console else ended
+    if run.console:
+        with contextlib.suppress(OSError):
+            ended = min(ended, run.console.stat().st_mtime)
     run.seconds = max(0.0, ended - boot.wall_started)
     console = run.tail(10**6)
     for what in ("start", "end"):
@@ -435,13 +436,6 @@ def finish_vm(boot: VMBoot, timeout: float) -> VMRun:
         run.problem = (f"the VM's pytest exited {exit_file.read_text().strip()} and reported "
                        "no test")
     return run
-
-
-def run_vm(nodeids: list[str], workdir: Path, *, rootdir: Path, pytest_args: list[str],
-           env: dict[str, str], timeout: float) -> VMRun:
-    """`start_vm` and `finish_vm`: boot the VM, wait for its run."""
-    return finish_vm(start_vm(nodeids, workdir, rootdir=rootdir, pytest_args=pytest_args,
-                              env=env), timeout)
 
 
 # --------------------------------------------------------------------------

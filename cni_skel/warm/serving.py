@@ -117,6 +117,7 @@ __all__ = ["MAX_GROWTH", "MAX_REQUESTS", "InProcessExec", "ProcessBaseline", "Wo
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
 _FIELD_MAX = 256  # characters of a container ID etc. kept for the log
+
 # Serving processes' exit statuses; anything else is a crash the parent answers.
 _IDLE_EXIT, _RECYCLED = 102, 103
 # A serving process's reports, two per call: the connection it took (its fd
@@ -140,6 +141,11 @@ MAX_GROWTH = 64 << 20
 #: Seconds an idle serving process keeps the nftables contexts of other
 #: namespaces than its own (see `WorkerChild._accept`).
 RELEASE_AFTER = 1.0
+
+
+def _report_field(value: str) -> bytes:
+    """``value`` as one NUL-separated field of a report to the parent."""
+    return value.encode("utf-8", "replace").replace(b"\0", b" ")[:_FIELD_MAX]
 
 
 class WorkerChild:
@@ -193,8 +199,7 @@ class WorkerChild:
         idle report that follows (`_report_idle`), or alone (`_flush_done`)."""
         if not self.report_done:
             return
-        self.done.extend(v.encode("utf-8", "replace").replace(b"\0", b" ")[:_FIELD_MAX]
-                         for v in (plugin, verb, outcome, code, f"{seconds:.6f}"))
+        self.done.extend(map(_report_field, (plugin, verb, outcome, code, f"{seconds:.6f}")))
 
     def _flush_done(self) -> None:
         """Send the "done" reports no idle report will carry."""
@@ -390,8 +395,7 @@ class WorkerChild:
 
         cid, cmd, netns = field(b"CNI_CONTAINERID"), field(b"CNI_COMMAND"), field(b"CNI_NETNS")
         version_s = _config_version(stdin)
-        self._report_accepted([v.encode("utf-8", "replace").replace(b"\0", b" ")[:_FIELD_MAX]
-                               for v in (cid, cmd, ref, version_s, netns)])
+        self._report_accepted([_report_field(v) for v in (cid, cmd, ref, version_s, netns)])
         plugin = self.plugins.get(ref)
         line = _RequestLine(self.log, cid, cmd, getattr(plugin, "name", None) or ref, netns,
                             launcher, start, self._report_done, fallback=fallback)
