@@ -55,7 +55,7 @@ from pyroute2.netlink.marshal import Marshal
 from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_GETLINK, RTM_SETLINK
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
-from cni_skel.rtnl import RTMGRP_LINK, SIOCGSKNS, Rtnl
+from cni_skel.rtnl import RTMGRP_LINK, SIOCGSKNS, PartialIfinfmsg, Rtnl, link_marshal
 
 __all__ = ["GROUPS", "LOCK_DIR", "alone", "delete", "take_stats"]
 
@@ -65,8 +65,16 @@ LOCK_DIR = "/run/cni-skel/link-batches"
 GROUPS = (0x40000000, 0x80000000)
 _REQ = NLM_F_REQUEST | NLM_F_ACK
 _GROUP = struct.Struct("=I")
-_NOTICES = Marshal()
-_NOTICES.msg_map = {RTM_DELLINK: ifinfmsg}
+
+
+class _ifinfmsg_group(PartialIfinfmsg):
+    """A deletion notice's index and IFLA_GROUP, nothing else decoded."""
+
+    _KEEP = ("IFLA_GROUP",)
+
+
+_NOTICES = link_marshal(_ifinfmsg_group, RTM_DELLINK)
+_GROUP_OF = link_marshal(_ifinfmsg_group)
 _ANSWERS = Marshal()
 
 
@@ -115,7 +123,7 @@ def _link_group(sock: Rtnl, index: int) -> int | None:
     msg = ifinfmsg()
     msg["index"] = index
     try:
-        [link] = sock.request(msg, RTM_GETLINK, NLM_F_REQUEST)
+        [link] = sock.request(msg, RTM_GETLINK, NLM_F_REQUEST, marshal=_GROUP_OF)
     except NetlinkError as e:
         if e.code == errno.ENODEV:
             return None

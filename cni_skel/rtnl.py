@@ -19,9 +19,12 @@ pyroute2's own request filters (``pyroute2.requests``), the code behind
 from __future__ import annotations
 
 import socket
+import struct
 from typing import Any
 
 from pyroute2.netlink import (
+    NLA_F_NESTED,
+    NLA_F_NET_BYTEORDER,
     NLM_F_ACK,
     NLM_F_APPEND,
     NLM_F_CREATE,
@@ -30,7 +33,9 @@ from pyroute2.netlink import (
     NLM_F_EXCL,
     NLM_F_REPLACE,
     NLM_F_REQUEST,
+    nla_slot,
 )
+from pyroute2.netlink.marshal import Marshal
 from pyroute2.netlink.rtnl import (
     RTM_DELADDR,
     RTM_DELLINK,
@@ -88,6 +93,8 @@ COMMANDS: dict[str, dict[str, tuple[int, int]]] = {
 }
 _MESSAGES = {"link": ifinfmsg, "addr": ifaddrmsg, "route": rtmsg, "vlan_filter": ifinfmsg}
 AF_BRIDGE = 7
+_NLA_TYPE_MASK = ~(NLA_F_NESTED | NLA_F_NET_BYTEORDER)
+_NLA_HEADER = struct.Struct("HH")
 
 
 def _filters(kind: str, command: str) -> tuple[Any, ...]:
@@ -145,6 +152,57 @@ def build(kind: str, command: str, /, *, strict_check: bool = False,
         if value is not None and msg.valid_nla(nla):
             msg["attrs"].append([nla, value])
     return msg, msg_type, flags
+
+
+class PartialIfinfmsg(ifinfmsg):
+    """An ``ifinfmsg`` that decodes only the attributes a subclass names in
+    ``_KEEP`` (IFLA_* names). pyroute2 makes an object of each of the ~40
+    attributes a link carries (stats, AF_SPEC, ...), ~0.15 ms a link; a
+    reader that needs a few pays for those few. The kept ones are decoded
+    by pyroute2's own classes, from its compiled table; a pyroute2 without
+    that table (or without one of the names) decodes them all."""
+
+    _KEEP: tuple[str, ...] = ()
+    _keep: dict[int, Any] | None = None
+
+    def _table(self) -> dict[int, Any] | None:
+        cls = type(self)
+        if cls.__dict__.get("_keep") is None:
+            # pyroute2's table, compiled when the first message was made
+            table = getattr(cls, "_nlmsg_base__t_nla_map", None)
+            if not isinstance(table, dict):
+                return None
+            cls._keep = {t: prime for t, prime in table.items()
+                         if isinstance(t, int) and prime.get("name") in cls._KEEP}
+        return cls._keep
+
+    def decode_nlas(self, offset: int) -> None:
+        if not self._KEEP:
+            return None
+        keep = self._table()
+        if keep is None or len(keep) != len(self._KEEP):
+            return super().decode_nlas(offset)
+        data, end, attrs = self.data, self.offset + self.length, self["attrs"]
+        while offset <= end - 4:
+            length, nla_type = _NLA_HEADER.unpack_from(data, offset)
+            length = min(max(length, 4), end - offset)
+            prime = keep.get(nla_type & _NLA_TYPE_MASK)
+            if prime is not None:  # as pyroute2's decode_nlas does it
+                nla = prime["class"](data=data, offset=offset, parent=self, length=length,
+                                     init=prime["init"])
+                nla._nla_array = prime["nla_array"]
+                nla._nla_flags = nla_type & ~_NLA_TYPE_MASK
+                attrs.append(nla_slot(prime["name"], nla))
+            offset += (length + 3) & ~3
+
+
+def link_marshal(msg_class: type, msg_type: int = RTM_NEWLINK) -> Marshal:
+    """A parser of link messages (answers, or ``msg_type`` notifications)
+    that makes ``msg_class`` (e.g. a `PartialIfinfmsg`) of each link;
+    messages of other types are decoded as far as their header."""
+    marshal = Marshal()
+    marshal.msg_map = {msg_type: msg_class}
+    return marshal
 
 
 class Rtnl(NetlinkSocket):

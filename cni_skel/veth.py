@@ -127,6 +127,7 @@ def delete_veth(ipr: Socket, peer_ipr: Socket, ifname: str) -> bool:
         return False
     if (cont.kind == "veth" and cont.peer_index and cont.link_netnsid is not None
             and netlink.netnsid(peer_ipr, ipr) == cont.link_netnsid
-            and netlink.delete_link(ipr, cont.peer_index)):
+            and netlink.delete_link(ipr, netlink.Link(index=cont.peer_index,
+                                                      name=f"{ifname}'s peer", kind="veth"))):
         return True
     return netlink.delete_link(peer_ipr, cont)
