@@ -25,10 +25,11 @@ from pyroute2 import IPRoute
 from pyroute2 import netns as p2netns
 from pyroute2.netlink import NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_MULTI, NLM_F_REQUEST, nlmsgerr
 from pyroute2.netlink.exceptions import NetlinkDumpInterrupted, NetlinkError
-from pyroute2.netlink.rtnl import RTM_GETLINK, RTM_NEWLINK
+from pyroute2.netlink.marshal import Marshal
+from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_GETLINK, RTM_NEWLINK
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
-from cni_skel import netlink
+from cni_skel import linkbatch, netlink
 from cni_skel.errors import CNIError
 from cni_skel.netlink import (
     Link,
@@ -779,6 +780,44 @@ def test_find_link_on_rtnl_reads_what_a_whole_decode_reads(make_ns):
         got = find_link(ipr, "th0")
         assert (got.txqlen, got.up, got.flags & IFF_PROMISC) == (77, True, IFF_PROMISC)
         assert got.peer_index == peer.index and peer.kind == "veth"
+
+
+def _deletions(marshal: Marshal, datagrams: list[bytes]) -> list:
+    """The RTM_DELLINK messages of ``datagrams`` as ``marshal`` parses them."""
+    return [m for d in datagrams for m in marshal.parse(d) if m["header"]["type"] == RTM_DELLINK]
+
+
+def test_deletion_notices_decode_what_their_readers_read(make_ns):
+    """The parsers of link deletion notices (`delete_link`'s wait for its
+    link, a batch's count of its links) decode a notice's index, name and
+    link group as pyroute2's whole ifinfmsg does, and only those: pyroute2's
+    table held every name they keep (else they would decode everything)."""
+    ns = make_ns()
+    with ns.rtnl() as ipr, ns.run(socket.socket, socket.AF_NETLINK, socket.SOCK_RAW,
+                                  socket.NETLINK_ROUTE) as watch:
+        watch.bind((0, 1))  # RTMGRP_LINK
+        watch.settimeout(5)
+        host, _ = create_veth_pair(ipr, "tn0", "tn1")
+        linkbatch._set_group(ipr, host.index, linkbatch.GROUPS[0] + 5)
+        delete_link(ipr, host)
+        full = Marshal()
+        full.msg_map = {RTM_DELLINK: ifinfmsg}
+        datagrams: list[bytes] = []
+        while len(_deletions(full, datagrams)) < 2:  # both ends' notices
+            datagrams.append(watch.recv(65536))
+    whole = _deletions(full, datagrams)
+    names = _deletions(netlink._LINK_DELETED, datagrams)
+    groups = _deletions(linkbatch._NOTICES, datagrams)
+    assert {m.get_attr("IFLA_IFNAME") for m in whole} == {"tn0", "tn1"}
+    assert [m["index"] for m in whole] == [m["index"] for m in names] \
+        == [m["index"] for m in groups]
+    assert [m.get_attr("IFLA_IFNAME") for m in whole] == [m.get_attr("IFLA_IFNAME")
+                                                           for m in names]
+    assert [m.get_attr("IFLA_GROUP") for m in whole] == [m.get_attr("IFLA_GROUP")
+                                                          for m in groups]
+    assert linkbatch.GROUPS[0] + 5 in [m.get_attr("IFLA_GROUP") for m in groups]
+    assert [[a[0] for a in m["attrs"]] for m in names] == [["IFLA_IFNAME"]] * len(names)
+    assert [[a[0] for a in m["attrs"]] for m in groups] == [["IFLA_GROUP"]] * len(groups)
 
 
 # ---------------------------------------------------------------------------
