@@ -13,7 +13,11 @@ lock. The first to hold it closes the batch (a fresh group for the next
 one) and deletes the whole group in one request; the others find their
 link gone when they get the lock and return. A lone deletion goes at once:
 two uncontended file locks and one RTM_SETLINK more than before. DELs that
-arrive while a batch is being deleted form the next batch.
+arrive while a batch is being deleted form the next batch: the leader's
+process lets the commit lock go once its own link is out of the namespace
+(`unlisted`, called by `cni_skel.netlink`'s wait for the link's
+RTM_DELLINK notice, ~1 ms in), while the request still waits for the
+kernel's RCU barrier.
 
 Safety (the link groups are ours alone):
 
@@ -43,39 +47,39 @@ import contextlib
 import errno
 import fcntl
 import os
-import select
-import socket
 import struct
 import threading
 from collections.abc import Iterator
 
-from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST, NLMSG_ERROR
+from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
 from pyroute2.netlink.exceptions import NetlinkError
-from pyroute2.netlink.marshal import Marshal
 from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_GETLINK, RTM_SETLINK
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
-from cni_skel.rtnl import RTMGRP_LINK, SIOCGSKNS, PartialIfinfmsg, Rtnl, link_marshal
+from cni_skel.rtnl import SIOCGSKNS, PartialIfinfmsg, Rtnl, link_marshal
 
-__all__ = ["GROUPS", "LOCK_DIR", "alone", "delete", "take_stats"]
+__all__ = ["GROUPS", "LOCK_DIR", "alone", "delete", "take_stats", "unlisted"]
 
 #: Where the namespaces' lock files live (the worker's socket directory).
 LOCK_DIR = "/run/cni-skel/link-batches"
 #: The link groups batches use: ``range(GROUPS[0], GROUPS[1])``.
 GROUPS = (0x40000000, 0x80000000)
 _REQ = NLM_F_REQUEST | NLM_F_ACK
-_GROUP = struct.Struct("=I")
+# The .open file: the open batch's group, and how many links joined it.
+_OPEN = struct.Struct("=II")
 
 
 class _ifinfmsg_group(PartialIfinfmsg):
-    """A deletion notice's index and IFLA_GROUP, nothing else decoded."""
+    """A link's index and IFLA_GROUP, nothing else decoded."""
 
     _KEEP = ("IFLA_GROUP",)
 
 
-_NOTICES = link_marshal(_ifinfmsg_group, RTM_DELLINK)
 _GROUP_OF = link_marshal(_ifinfmsg_group)
-_ANSWERS = Marshal()
+# The batches this process leads, by the leader's own link: its commit
+# lock's fd, until `unlisted` lets it go or the request ends.
+_leading: dict[int, int] = {}
+_leading_lock = threading.Lock()
 
 
 def _fresh_group() -> int:
@@ -104,18 +108,29 @@ class _Locks:
         os.close(self.open)  # releases any flock of this deletion's
         os.close(self.commit)
 
-    def open_group(self, *, renew: bool = False) -> int:
-        """The open batch's group (holding ``open``'s lock); with ``renew``
-        a fresh one is stored and the old returned."""
-        data = os.pread(self.open, _GROUP.size, 0)
-        group = _GROUP.unpack(data)[0] if len(data) == _GROUP.size else None
-        if renew or not _ours(group):
-            fresh = _fresh_group()
-            os.pwrite(self.open, _GROUP.pack(fresh), 0)
-            if not _ours(group):
-                group = fresh
-        assert group is not None
+    def _read(self) -> tuple[int | None, int]:
+        data = os.pread(self.open, _OPEN.size, 0)
+        group, joined = _OPEN.unpack(data) if len(data) == _OPEN.size else (None, 0)
+        return (group, joined) if _ours(group) else (None, 0)
+
+    def join(self) -> int:
+        """The open batch's group, counting one more link in it (holding
+        ``open``'s lock); a fresh group when there is none."""
+        group, joined = self._read()
+        if group is None:
+            group, joined = _fresh_group(), 0
+        os.pwrite(self.open, _OPEN.pack(group, joined + 1), 0)
         return group
+
+    def close_batch(self, group: int) -> int:
+        """Close batch ``group`` when it is still the open one (holding
+        ``open``'s lock): the next joiner gets a fresh group. How many
+        links joined it (0 when it was not the open one)."""
+        now, joined = self._read()
+        if now != group:
+            return 0
+        os.pwrite(self.open, _OPEN.pack(_fresh_group(), 0), 0)
+        return joined
 
 
 def _link_group(sock: Rtnl, index: int) -> int | None:
@@ -138,79 +153,36 @@ def _set_group(sock: Rtnl, index: int, group: int) -> None:
     sock.request(msg, RTM_SETLINK, _REQ)
 
 
-def _delete_group(group: int, index: int, commit: int) -> int:
-    """Delete every link of ``group`` (one RTM_DELLINK, sent by a thread:
-    the kernel does the whole deletion inside the send), letting go of the
-    ``commit`` lock once link ``index`` is out of the namespace (its
-    RTM_DELLINK notification, ~1 ms in): the next batch's request may go
-    then, while this one's RCU barrier (~15-30 ms, outside RTNL) runs on.
-    0, or the errno of the request's refusal."""
-    answer: dict[str, int] = {}
-    done = os.eventfd(0, os.EFD_CLOEXEC)
-    watch = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
-                          socket.NETLINK_ROUTE)
-
-    def send() -> None:
-        try:
-            with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
-                               socket.NETLINK_ROUTE) as req:
-                msg = ifinfmsg()
-                msg["header"]["type"] = RTM_DELLINK
-                msg["header"]["flags"] = _REQ
-                msg["header"]["sequence_number"] = 1
-                msg["attrs"].append(["IFLA_GROUP", group])
-                msg.encode()
-                req.send(msg.data)
-                answer["errno"] = _acked(req.recv(65536))
-        except OSError as e:
-            answer["errno"] = e.errno or errno.EIO
-        finally:
-            os.eventfd_write(done, 1)
-
-    seen: set[int] = set()  # indexes of the group's links deleted, from their notices
+def _delete_group(sock: Rtnl, group: int, index: int, commit: int) -> int:
+    """Delete every link of ``group`` in one RTM_DELLINK; the kernel does
+    the whole deletion inside the request (its RCU barrier, ~15-30 ms,
+    after it lets RTNL go). The ``commit`` lock goes as soon as the caller
+    sees link ``index`` out of the namespace (`unlisted`), else when the
+    request ends. 0, or the errno of the request's refusal."""
+    with _leading_lock:
+        _leading[index] = commit
     try:
-        try:
-            watch.bind((0, RTMGRP_LINK))
-        except OSError:  # no notifications: the lock waits for the answer
-            watch.close()
-        sender = threading.Thread(target=send, name="cni-skel delete link group")
-        try:
-            sender.start()
-        except RuntimeError:
-            send()
-        else:
-            while watch.fileno() >= 0 and index not in seen:
-                ready, _, _ = select.select([watch, done], [], [])
-                if watch in ready:
-                    _read_notices(watch, group, seen)
-                    if index in seen:
-                        fcntl.flock(commit, fcntl.LOCK_UN)
-                if done in ready:
-                    break
-            sender.join()
-        err = answer.get("errno", errno.EIO)
-        if watch.fileno() >= 0:
-            watch.setblocking(False)  # the rest of the batch's notices came before the ACK
-            while _read_notices(watch, group, seen):
-                pass
-        _record(len(seen) if not err else 0, err != 0)
-        return err
+        msg = ifinfmsg()
+        msg["attrs"].append(["IFLA_GROUP", group])
+        sock.request(msg, RTM_DELLINK, _REQ)
+    except NetlinkError as e:
+        return e.code or errno.EIO
     finally:
-        watch.close()
-        os.close(done)
+        with _leading_lock:
+            _leading.pop(index, None)
+    return 0
 
 
-def _read_notices(watch: socket.socket, group: int, seen: set[int]) -> bool:
-    """Add to ``seen`` the indexes of the RTM_DELLINK notices of ``group``'s
-    links in one datagram of ``watch``; False when none was there (or lost:
-    ENOBUFS, the answer decides)."""
-    try:
-        data = watch.recv(65536)
-    except OSError:
-        return False
-    seen.update(m["index"] for m in _NOTICES.parse(data)
-                if m["header"]["type"] == RTM_DELLINK and m.get_attr("IFLA_GROUP") == group)
-    return True
+def unlisted(index: int) -> None:
+    """Link ``index`` of this process's namespace is out of it (its
+    RTM_DELLINK notice was seen): when this process leads the batch that
+    deletes it, the namespace's next batch may go now (its commit lock is
+    let go) while this one's request waits on for the kernel. Safe from
+    any thread; nothing when no such batch is in flight."""
+    with _leading_lock:
+        commit = _leading.pop(index, None)
+        if commit is not None:
+            fcntl.flock(commit, fcntl.LOCK_UN)
 
 
 # What this process's batches were since `take_stats`: (links, refused)
@@ -224,22 +196,13 @@ def _record(links: int, refused: bool) -> None:
 
 def take_stats() -> list[tuple[int, bool]]:
     """The batches this process led since the last call, oldest first: per
-    batch, how many links its one request deleted (counted from the
-    kernel's notices; 0 when the kernel refused it) and whether it was
-    refused (each deleter then deleted its own). The worker's serving
-    processes report them for the metrics."""
+    batch, how many links its one request deleted (the links that joined
+    it; 0 when the kernel refused it) and whether it was refused (each
+    deleter then deleted its own). The worker's serving processes report
+    them for the metrics."""
     out = list(_stats)
     _stats.clear()
     return out
-
-
-def _acked(data: bytes) -> int:
-    """The errno of the NLMSG_ERROR in ``data`` (0: the ACK)."""
-    for m in _ANSWERS.parse(data):
-        if m["header"]["type"] == NLMSG_ERROR:
-            error = m["header"].get("error")
-            return 0 if error is None else getattr(error, "code", None) or errno.EIO
-    return errno.EIO
 
 
 def _delete_index(sock: Rtnl, index: int) -> bool:
@@ -307,7 +270,7 @@ def delete(sock: Rtnl, index: int) -> bool | None:
     try:
         fcntl.flock(locks.open, fcntl.LOCK_EX)
         try:
-            group = locks.open_group()
+            group = locks.join()
             try:
                 _set_group(sock, index, group)
             except NetlinkError as e:
@@ -328,11 +291,12 @@ def delete(sock: Rtnl, index: int) -> bool | None:
         # Leader: close the batch, delete it whole.
         fcntl.flock(locks.open, fcntl.LOCK_EX)
         try:
-            if locks.open_group() == now:
-                locks.open_group(renew=True)
+            joined = locks.close_batch(now)
         finally:
             fcntl.flock(locks.open, fcntl.LOCK_UN)
-        if _delete_group(now, index, locks.commit):
+        err = _delete_group(sock, now, index, locks.commit)
+        _record(0 if err else max(joined, 1), err != 0)
+        if err:
             # one request per link from here on: each deleter its own
             _delete_index(sock, index)
         return True

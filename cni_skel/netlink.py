@@ -812,6 +812,7 @@ def _delete_unlisted(ipr: Socket, name: Link | str | int, ignore: tuple[int, ...
         if watch is not None:
             watch.close()
     if gone is not None:
+        linkbatch.unlisted(gone)  # a batch this process leads: the next may go
         _finishing.append((thread, done))
         # The notification is sent while the deletion still holds RTNL (the
         # link's sysfs entry and a veth's peer follow): a request that takes

@@ -62,7 +62,7 @@ from cni_skel.netlink import (
     rules,
 )
 from cni_skel.netns import NetNS, NetNSNotFound, current_netns, open_netns
-from cni_skel.rtnl import Rtnl
+from cni_skel.rtnl import Rtnl, link_marshal
 from cni_skel.sysctl import read_sysctl, sysctl_path, write_sysctl
 
 pytestmark = [
@@ -788,10 +788,11 @@ def _deletions(marshal: Marshal, datagrams: list[bytes]) -> list:
 
 
 def test_deletion_notices_decode_what_their_readers_read(make_ns):
-    """The parsers of link deletion notices (`delete_link`'s wait for its
-    link, a batch's count of its links) decode a notice's index, name and
-    link group as pyroute2's whole ifinfmsg does, and only those: pyroute2's
-    table held every name they keep (else they would decode everything)."""
+    """The partial parsers of links (`delete_link`'s wait for its link's
+    deletion notice, a batch's read of a link's group) decode a notice's
+    index, name and link group as pyroute2's whole ifinfmsg does, and only
+    those: pyroute2's table held every name they keep (else they would
+    decode everything)."""
     ns = make_ns()
     with ns.rtnl() as ipr, ns.run(socket.socket, socket.AF_NETLINK, socket.SOCK_RAW,
                                   socket.NETLINK_ROUTE) as watch:
@@ -807,7 +808,7 @@ def test_deletion_notices_decode_what_their_readers_read(make_ns):
             datagrams.append(watch.recv(65536))
     whole = _deletions(full, datagrams)
     names = _deletions(netlink._LINK_DELETED, datagrams)
-    groups = _deletions(linkbatch._NOTICES, datagrams)
+    groups = _deletions(link_marshal(linkbatch._ifinfmsg_group, RTM_DELLINK), datagrams)
     assert {m.get_attr("IFLA_IFNAME") for m in whole} == {"tn0", "tn1"}
     assert [m["index"] for m in whole] == [m["index"] for m in names] \
         == [m["index"] for m in groups]
