@@ -90,16 +90,21 @@ def _ours(group: int | None) -> bool:
     return group is not None and GROUPS[0] <= group < GROUPS[1]
 
 
+def _lock_file(inode: int, suffix: str) -> int:
+    """An fd of the lock file ``suffix`` (".open", ".commit") of the
+    namespace with ``inode``, made if missing. Raises OSError."""
+    os.makedirs(LOCK_DIR, mode=0o700, exist_ok=True)
+    return os.open(os.path.join(LOCK_DIR, f"{inode}{suffix}"),
+                   os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+
+
 class _Locks:
     """The two lock files of one namespace, opened for one deletion."""
 
     def __init__(self, inode: int) -> None:
-        os.makedirs(LOCK_DIR, mode=0o700, exist_ok=True)
-        base = os.path.join(LOCK_DIR, str(inode))
-        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-        self.open = os.open(base + ".open", flags, 0o600)
+        self.open = _lock_file(inode, ".open")
         try:
-            self.commit = os.open(base + ".commit", flags, 0o600)
+            self.commit = _lock_file(inode, ".commit")
         except OSError:
             os.close(self.open)
             raise
@@ -231,7 +236,7 @@ def alone(sock: Rtnl) -> Iterator[bool]:
         yield False
         return
     try:
-        locks = _Locks(os.fstat(ns).st_ino)
+        commit = _lock_file(os.fstat(ns).st_ino, ".commit")
     except OSError:
         yield False
         return
@@ -239,13 +244,13 @@ def alone(sock: Rtnl) -> Iterator[bool]:
         os.close(ns)
     try:
         try:
-            fcntl.flock(locks.commit, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(commit, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             yield False
         else:
             yield True
     finally:
-        locks.close()
+        os.close(commit)
 
 
 def delete(sock: Rtnl, index: int) -> bool | None:
