@@ -320,6 +320,10 @@ def test_renewed_at_t1_and_taken_over_by_a_restarted_worker(own_worker: Any, tmp
         ip = ip_of(run.doc)
         since = lan.server.mark()
         lan.server.wait_for(rf"DHCPACK\(lan0\) {re.escape(ip)} ", 12.0, since=since)
+        # the server logs its ACK as it sends it; the worker once it has it
+        deadline = time.monotonic() + 5
+        while "renewed" not in worker.log() and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert "renewed" in worker.log()
         want = {'cni_skel_keeper_held{service="dhcp"}': 1.0,
                 'cni_skel_keeper_events_total{event="acquired",service="dhcp"}': 1.0,
