@@ -190,13 +190,16 @@ def unlisted(index: int) -> None:
             fcntl.flock(commit, fcntl.LOCK_UN)
 
 
-# What this process's batches were since `take_stats`: (links, refused)
+# What this process's batches were since `take_stats`: (links, refused);
+# recorded by deleting threads, taken by the process's main one.
 _stats: list[tuple[int, bool]] = []
+_stats_lock = threading.Lock()
 
 
 def _record(links: int, refused: bool) -> None:
-    _stats.append((links, refused))
-    del _stats[:-1024]  # a process nobody asks keeps the last ones only
+    with _stats_lock:
+        _stats.append((links, refused))
+        del _stats[:-1024]  # a process nobody asks keeps the last ones only
 
 
 def take_stats() -> list[tuple[int, bool]]:
@@ -205,8 +208,9 @@ def take_stats() -> list[tuple[int, bool]]:
     it; 0 when the kernel refused it) and whether it was refused (each
     deleter then deleted its own). The worker's serving processes report
     them for the metrics."""
-    out = list(_stats)
-    _stats.clear()
+    with _stats_lock:
+        out = list(_stats)
+        _stats.clear()
     return out
 
 

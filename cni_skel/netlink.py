@@ -84,7 +84,7 @@ from pyroute2.netlink.rtnl.rtmsg import rtmsg
 from cni_skel import compat, linkbatch
 from cni_skel.env import ifname_problem
 from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, CNIError
-from cni_skel.netns import CLONE_NEWNET, setns
+from cni_skel.netns import CLONE_FS, CLONE_NEWNET, setns, unshare
 from cni_skel.rtnl import RTMGRP_LINK, SIOCGSKNS, PartialIfinfmsg, Rtnl, build, link_marshal
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -126,6 +126,7 @@ __all__ = [
     "del_route",
     "del_rule",
     "delete_link",
+    "deletions_fd",
     "ensure_bridge",
     "find_link",
     "finishing_deletions",
@@ -137,6 +138,7 @@ __all__ = [
     "links",
     "move_link",
     "netnsid",
+    "reap_deletions",
     "route_get",
     "routes",
     "rules",
@@ -726,7 +728,10 @@ def delete_link(ipr: Socket, name: Link | str | int, missing_ok: bool = True) ->
     kernel's work (``netdev_run_todo``: an RCU barrier, ~20 ms and more
     on a busy node, which Go's plugins wait for) goes on in a thread of
     this process; `wait_deletions` waits for it, and a process's exit
-    does. Where that cannot be set up (no SIOCGSKNS), the call waits.
+    does; a long-lived process may serve on meanwhile (`deletions_fd`,
+    `reap_deletions`). The thread has its own root, cwd and umask, so the
+    caller may still setns into another mount namespace. Where that cannot
+    be set up (no SIOCGSKNS), the call waits.
 
     With ``missing_ok`` (default) a missing link returns False.
 
@@ -747,6 +752,8 @@ def delete_link(ipr: Socket, name: Link | str | int, missing_ok: bool = True) ->
 #: Deletions answered once unlisted, still in the kernel (`wait_deletions`):
 #: each thread with the eventfd it signals when done.
 _finishing: list[tuple[threading.Thread, int]] = []
+#: (pid, eventfd) of `deletions_fd`, signalled too as each of them ends.
+_finished: tuple[int, int] | None = None
 
 
 def _delete_unlisted(ipr: Socket, name: Link | str | int, ignore: tuple[int, ...]) -> Any:
@@ -774,6 +781,10 @@ def _delete_unlisted(ipr: Socket, name: Link | str | int, ignore: tuple[int, ...
                 return
             finally:
                 os.close(ns_fd)
+            # It may outlive the call: setns into a mount namespace needs a
+            # root and cwd the caller's thread shares with no other.
+            with contextlib.suppress(OSError):
+                unshare(CLONE_FS)
             try:
                 outcome["watch"] = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW,
                                                  socket.NETLINK_ROUTE)
@@ -796,6 +807,10 @@ def _delete_unlisted(ipr: Socket, name: Link | str | int, ignore: tuple[int, ...
         finally:
             watching.set()
             os.eventfd_write(done, 1)
+            finished = _finished
+            if finished is not None and finished[0] == os.getpid():
+                with contextlib.suppress(OSError):
+                    os.eventfd_write(finished[1], 1)
 
     thread = threading.Thread(target=delete, name="cni-skel delete link")
     try:
@@ -883,11 +898,45 @@ def finishing_deletions() -> int:
     return len(_finishing)
 
 
+def deletions_fd() -> int:
+    """A file descriptor that becomes readable when a link deletion
+    `delete_link` answered early has finished in the kernel (an eventfd,
+    non-blocking, close-on-exec): an event loop polls it and then calls
+    `reap_deletions`. Made on the first call in a process (a forked child
+    gets its own) and kept open for the process's life."""
+    global _finished
+    if _finished is None or _finished[0] != os.getpid():
+        _finished = (os.getpid(), os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK))
+    return _finished[1]
+
+
+def reap_deletions() -> frozenset[int]:
+    """Join the link deletions `delete_link` answered early that have
+    finished in the kernel, without waiting for the others; empties
+    `deletions_fd`. Returns the thread ids (``native_id``, as listed in
+    /proc/self/task) of the deletions still finishing."""
+    if _finished is not None and _finished[0] == os.getpid():
+        with contextlib.suppress(BlockingIOError):
+            os.eventfd_read(_finished[1])
+    if not _finishing:
+        return frozenset()
+    ended = set(select.select([done for _, done in _finishing], [], [], 0)[0])
+    still = [(thread, done) for thread, done in _finishing if done not in ended]
+    for thread, done in _finishing:
+        if done in ended:
+            thread.join()
+            os.close(done)
+            _gone(thread)
+    _finishing[:] = still
+    return frozenset(thread.native_id for thread, _ in still if thread.native_id is not None)
+
+
 def wait_deletions() -> None:
     """Wait until the kernel has finished every link deletion `delete_link`
-    answered early in this process (a long-lived process calls it between
-    requests, as the cni-skel worker's serving processes do after each
-    answer; a process's exit waits for them anyway)."""
+    answered early in this process (a long-lived process calls it before
+    it exits or needs to be single-threaded, as the cni-skel worker's
+    serving processes do; a process's normal exit waits for them anyway,
+    ``os._exit`` does not)."""
     while _finishing:
         thread, done = _finishing.pop()
         thread.join()

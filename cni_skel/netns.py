@@ -92,9 +92,28 @@ def thread_netns_path() -> str:
 
 
 # --------------------------------------------------------------------------
-# setns(2)
+# setns(2), unshare(2)
 
-_libc_setns = None  # ctypes function, loaded on first use (Python < 3.12)
+_libc_calls: dict[str, Any] = {}  # ctypes functions, loaded on first use (Python < 3.12)
+
+#: ``unshare(2)`` flag: the calling thread's own root, cwd and umask.
+CLONE_FS = 0x00000200
+
+
+def _libc_int_call(name: str, *args: int) -> None:
+    """Call libc's ``name(int, ...)``; raises OSError for -1."""
+    func = _libc_calls.get(name)
+    if func is None:
+        try:
+            func = getattr(ctypes.CDLL(None, use_errno=True), name)
+        except (OSError, AttributeError):
+            func = getattr(ctypes.CDLL("libc.so.6", use_errno=True), name)
+        func.argtypes = (ctypes.c_int,) * len(args)
+        func.restype = ctypes.c_int
+        _libc_calls[name] = func
+    if func(*args) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
 
 
 def setns(fd: int, nstype: int) -> None:
@@ -102,18 +121,15 @@ def setns(fd: int, nstype: int) -> None:
     if hasattr(os, "setns"):  # Python 3.12+
         os.setns(fd, nstype)
         return
-    global _libc_setns
-    if _libc_setns is None:
-        try:
-            func = ctypes.CDLL(None, use_errno=True).setns
-        except (OSError, AttributeError):
-            func = ctypes.CDLL("libc.so.6", use_errno=True).setns
-        func.argtypes = (ctypes.c_int, ctypes.c_int)
-        func.restype = ctypes.c_int
-        _libc_setns = func
-    if _libc_setns(fd, nstype) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
+    _libc_int_call("setns", fd, nstype)
+
+
+def unshare(flags: int) -> None:
+    """``unshare(flags)`` for the calling thread; raises OSError."""
+    if hasattr(os, "unshare"):  # Python 3.12+
+        os.unshare(flags)
+        return
+    _libc_int_call("unshare", flags)
 
 
 # --------------------------------------------------------------------------

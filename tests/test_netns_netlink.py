@@ -680,6 +680,50 @@ def test_delete_link_leaves_no_thread_listed(make_ns):
     assert run.returncode == 0, run.stderr[-2000:]
 
 
+_REAPED = """
+import os, select, sys
+from cni_skel import netlink
+from cni_skel.netns import NetNS, setns
+CLONE_NEWNS = 0x00020000
+fd = netlink.deletions_fd()
+assert netlink.deletions_fd() == fd and netlink.reap_deletions() == frozenset()
+own_mnt = os.open("/proc/self/ns/mnt", os.O_RDONLY)
+overlapped = 0
+with NetNS.open(sys.argv[1]) as ns, ns.rtnl() as ipr:
+    for i in range(10):
+        netlink.create_veth_pair(ipr, "cnskr0", "cnskr1")
+        assert netlink.delete_link(ipr, "cnskr0") is True
+        tids = {int(t) for t in os.listdir("/proc/self/task")} - {os.getpid()}
+        left = netlink.reap_deletions()
+        assert left <= tids, (left, tids)
+        if left:
+            overlapped += 1
+            # the deleting thread has a root and cwd of its own: this one may
+            # still enter a mount namespace (setns asks that of the caller)
+            setns(own_mnt, CLONE_NEWNS)
+        while netlink.finishing_deletions():
+            assert select.select([fd], [], [], 10)[0], "deletions_fd never readable"
+            netlink.reap_deletions()
+        assert netlink.reap_deletions() == frozenset()
+        assert {int(t) for t in os.listdir("/proc/self/task")} == {os.getpid()}, i
+        assert not select.select([fd], [], [], 0)[0], "deletions_fd not emptied"
+assert overlapped, "no deletion was still finishing when delete_link answered"
+"""
+
+
+def test_deletions_reaped_as_they_finish(make_ns):
+    """A long-lived process serves on while its deletions finish:
+    `deletions_fd` becomes readable as each ends, `reap_deletions` joins the
+    ended ones without waiting and names the threads still finishing (as
+    /proc/self/task lists them), and meanwhile the calling thread can setns
+    into a mount namespace. Run in a process of its own (its threads are
+    counted, its mount namespace entered)."""
+    ns = make_ns()
+    run = subprocess.run([sys.executable, "-c", _REAPED, ns.path],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+
+
 @pytest.mark.parametrize("fails", ["setns", "SIOCGSKNS"])
 def test_delete_link_without_its_thread_waits_in_the_right_namespace(make_ns, sock,
                                                                      monkeypatch, fails):

@@ -240,10 +240,15 @@ class WorkerChild:
         poll.register(self.sock.fileno(), select.EPOLLIN | select.EPOLLEXCLUSIVE)
         poll.register(self.stop_r, select.EPOLLIN)
         poll.register(wake_r, select.EPOLLIN)
+        # Link deletions answered early finish in threads while this process
+        # serves on: their ends are reaped (and their batches reported) here.
+        self.deletions = netlink.deletions_fd()
+        poll.register(self.deletions, select.EPOLLIN)
         self.baseline = baseline = ProcessBaseline(self.max_growth)
         while True:
             conn = self._accept(poll, wake_r)
             if conn is None:
+                self._finish_deletions()
                 return _IDLE_EXIT
             self.idle_reported, self.accepted_reported, self.conn = False, False, conn
             why = self._serve_connection(conn)
@@ -251,12 +256,21 @@ class WorkerChild:
             self._flush_done()
             self.conn = None
             if why is None:
-                why = baseline.restore()
+                finishing = netlink.reap_deletions()
+                self._report_batches()
+                why = baseline.restore(finishing)
             if why is None and self.calls >= self.max_requests:
                 why = f"ran {self.calls} calls"
             if why is not None:
+                self._finish_deletions()
                 _log(self.log, "", f"recycled after {self.calls} call(s): {why}")
                 return _RECYCLED
+
+    def _finish_deletions(self) -> None:
+        """Before this process exits (``os._exit``, which would not wait):
+        its link deletions' kernel ends, and their batches reported."""
+        netlink.wait_deletions()
+        self._report_batches()
 
     def _on_retire(self, signum: int, frame: Any) -> None:
         self.retire = True
@@ -300,6 +314,9 @@ class WorkerChild:
                 continue
             if self.stop_r in events:
                 return None
+            if self.deletions in events:
+                netlink.reap_deletions()
+                self._report_batches()
             if wake_r in events:
                 with contextlib.suppress(OSError):
                     while os.read(wake_r, 64):
@@ -442,24 +459,14 @@ class WorkerChild:
         if code != 0 and _error_of(out)[0] == ERR_INTERNAL:
             dirty = dirty or "answered error 999"
         line.write("answered", "", out, code)  # before the answer: the log is never behind
-        finishing = netlink.finishing_deletions()
-        if finishing:
-            self._flush_done()  # the metrics before the answer, as for any call
-        else:
-            self._report_idle(dirty)
+        self._report_idle(dirty)
         try:
             conn.sendall(encode_reply(ST_DONE, code, out))
         except OSError as exc:
             _log(self.log, cid, f"{cmd or '-'} answered, but the launcher is gone ({exc})")
-        if finishing:
-            # The links are gone from their namespaces; the kernel's own end
-            # of their deletion (an RCU barrier) is waited for after the
-            # answer, and this process is busy until then.
-            netlink.wait_deletions()
-            self._report_batches()
-            self._report_idle(dirty)
-        else:
-            self._report_batches()
+        # Links this call deleted are gone from their namespaces; the kernel's
+        # own end of their deletion (an RCU barrier, tens of ms) goes on in
+        # threads while this process serves the next call (`serve`).
         return dirty
 
     def _report_batches(self) -> None:
@@ -670,7 +677,8 @@ class ProcessBaseline:
     ``sys.path``, and the netns fd hand-over (nftables contexts of other
     namespaces than the process's own go once it idles:
     `WorkerChild._accept`). Checked, never guessed at: threads (setns of
-    a mount namespace needs a single thread), open fds, signal handlers,
+    a mount namespace needs a root and cwd no other thread shares; link
+    deletions finishing in the kernel are the one exception), open fds, signal handlers,
     the signal mask and timers, user and group ids, resource limits,
     capability sets and no_new_privs, the identity of every namespace type,
     and memory: RSS grown more than ``max_growth`` bytes
@@ -730,12 +738,15 @@ class ProcessBaseline:
         for fd, saved in enumerate(self.stdio):
             os.dup2(saved, fd)
 
-    def restore(self) -> str | None:
+    def restore(self, deleting: frozenset[int] = frozenset()) -> str | None:
         """Put the process back as it was; None, or why it cannot serve
-        another request."""
-        threads = len(os.listdir("/proc/self/task"))
-        if threads != 1:  # first: setns of a mount namespace fails with EINVAL then
-            return f"{threads - 1} thread(s) left running"
+        another request. ``deleting``: thread ids of link deletions still
+        finishing (`netlink.reap_deletions`), the only other threads
+        allowed; while there are any, the open fds (theirs among them) are
+        checked at a later call."""
+        others = {int(t) for t in os.listdir("/proc/self/task")} - {os.getpid()} - deleting
+        if others:  # first: setns of a mount namespace may fail with EINVAL then
+            return f"{len(others)} thread(s) left running"
         try:
             self.restore_stdio()
             for kind, flag in (("mnt", CLONE_NEWNS), ("net", CLONE_NEWNET)):
@@ -749,10 +760,11 @@ class ProcessBaseline:
             # nftables sockets of the caller's namespaces would keep them alive
         except Exception as exc:
             return f"cannot put its context back: {type(exc).__name__}: {exc}"
-        return self.changed()
+        return self.changed(fds=not deleting)
 
-    def changed(self) -> str | None:
-        """What a request left that `restore` does not put back (None: nothing)."""
+    def changed(self, fds: bool = True) -> str | None:
+        """What a request left that `restore` does not put back (None:
+        nothing); the open fds too unless ``fds`` is False."""
         if signal.alarm(0) or any(signal.getitimer(t) != (0.0, 0.0) for t in
                                   (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL,
                                    signal.ITIMER_PROF)):
@@ -773,6 +785,8 @@ class ProcessBaseline:
         if namespaces != self.namespaces:
             kinds = [k for k in self.namespaces if namespaces.get(k) != self.namespaces[k]]
             return f"namespaces changed ({', '.join(kinds)})"
+        if not fds:
+            return self._grown()
         fds = self._fds()
         if fds != self.fds:
             gc.collect()  # a dropped socket or file in a reference cycle
@@ -781,6 +795,9 @@ class ProcessBaseline:
             return f"fds left open ({', '.join(map(str, sorted(fds - self.fds)[:8]))})"
         if self.fds - fds:
             return f"fds of the worker closed ({', '.join(map(str, sorted(self.fds - fds)[:8]))})"
+        return self._grown()
+
+    def _grown(self) -> str | None:
         grown = _rss(self.statm_fd) - self.rss
         if grown > self.max_growth:
             return f"memory grew by {grown >> 20} MiB"
