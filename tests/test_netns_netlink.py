@@ -683,19 +683,26 @@ def test_delete_link_leaves_no_thread_listed(make_ns):
 _REAPED = """
 import os, select, sys
 from cni_skel import netlink
-from cni_skel.netns import NetNS, setns
+from cni_skel.netns import CLONE_NEWNET, NetNS, setns
 CLONE_NEWNS = 0x00020000
 fd = netlink.deletions_fd()
 assert netlink.deletions_fd() == fd and netlink.reap_deletions() == frozenset()
 own_mnt = os.open("/proc/self/ns/mnt", os.O_RDONLY)
+own_net = os.open("/proc/self/ns/net", os.O_RDONLY)
 overlapped = 0
 with NetNS.open(sys.argv[1]) as ns, ns.rtnl() as ipr:
-    for i in range(10):
+    for i in range(20):
+        # odd rounds from inside the namespace: a node's deletion, batched
+        setns(ns.fd if i % 2 else own_net, CLONE_NEWNET)
         netlink.create_veth_pair(ipr, "cnskr0", "cnskr1")
+        fds = set(os.listdir("/proc/self/fd"))
         assert netlink.delete_link(ipr, "cnskr0") is True
+        held = set(os.listdir("/proc/self/fd")) - fds
         tids = {int(t) for t in os.listdir("/proc/self/task")} - {os.getpid()}
         left = netlink.reap_deletions()
         assert left <= tids, (left, tids)
+        # what the worker's serving process allows a finishing deletion
+        assert len(held) <= 4 * len(left), (i, held, left)
         if left:
             overlapped += 1
             # the deleting thread has a root and cwd of its own: this one may

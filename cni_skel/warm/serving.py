@@ -742,8 +742,7 @@ class ProcessBaseline:
         """Put the process back as it was; None, or why it cannot serve
         another request. ``deleting``: thread ids of link deletions still
         finishing (`netlink.reap_deletions`), the only other threads
-        allowed; while there are any, the open fds (theirs among them) are
-        checked at a later call."""
+        allowed (their fds are allowed too)."""
         others = {int(t) for t in os.listdir("/proc/self/task")} - {os.getpid()} - deleting
         if others:  # first: setns of a mount namespace may fail with EINVAL then
             return f"{len(others)} thread(s) left running"
@@ -760,11 +759,12 @@ class ProcessBaseline:
             # nftables sockets of the caller's namespaces would keep them alive
         except Exception as exc:
             return f"cannot put its context back: {type(exc).__name__}: {exc}"
-        return self.changed(fds=not deleting)
+        return self.changed(len(deleting))
 
-    def changed(self, fds: bool = True) -> str | None:
+    def changed(self, deleting: int = 0) -> str | None:
         """What a request left that `restore` does not put back (None:
-        nothing); the open fds too unless ``fds`` is False."""
+        nothing). ``deleting`` link deletions still finishing may hold up
+        to `_DELETION_FDS` fds each."""
         if signal.alarm(0) or any(signal.getitimer(t) != (0.0, 0.0) for t in
                                   (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL,
                                    signal.ITIMER_PROF)):
@@ -785,23 +785,23 @@ class ProcessBaseline:
         if namespaces != self.namespaces:
             kinds = [k for k in self.namespaces if namespaces.get(k) != self.namespaces[k]]
             return f"namespaces changed ({', '.join(kinds)})"
-        if not fds:
-            return self._grown()
         fds = self._fds()
         if fds != self.fds:
             gc.collect()  # a dropped socket or file in a reference cycle
             fds = self._fds()
-        if fds - self.fds:
+        if len(fds - self.fds) > deleting * _DELETION_FDS:
             return f"fds left open ({', '.join(map(str, sorted(fds - self.fds)[:8]))})"
         if self.fds - fds:
             return f"fds of the worker closed ({', '.join(map(str, sorted(self.fds - fds)[:8]))})"
-        return self._grown()
-
-    def _grown(self) -> str | None:
         grown = _rss(self.statm_fd) - self.rss
         if grown > self.max_growth:
             return f"memory grew by {grown >> 20} MiB"
         return None
+
+
+#: What a link deletion finishing in its thread holds open (`netlink.delete_link`):
+#: its eventfd and netlink socket, the namespace's two batch lock files.
+_DELETION_FDS = 4
 
 
 def _rss(statm_fd: int) -> int:
