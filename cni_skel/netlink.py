@@ -836,9 +836,7 @@ def _delete_unlisted(ipr: Socket, name: Link | str | int, ignore: tuple[int, ...
             _request("delete link", name, ipr, _link_msg(gone), RTM_SETLINK, _REQ,
                      ignore=(errno.ENODEV,))
         return ()
-    thread.join()
-    os.close(done)
-    _gone(thread)
+    _end(thread, done)
     if outcome.get("elsewhere"):
         return _request("delete link", name, ipr, msg, RTM_DELLINK, _REQ, ignore=ignore)
     if "error" in outcome:
@@ -924,9 +922,7 @@ def reap_deletions() -> frozenset[int]:
     still = [(thread, done) for thread, done in _finishing if done not in ended]
     for thread, done in _finishing:
         if done in ended:
-            thread.join()
-            os.close(done)
-            _gone(thread)
+            _end(thread, done)
     _finishing[:] = still
     return frozenset(thread.native_id for thread, _ in still if thread.native_id is not None)
 
@@ -938,10 +934,15 @@ def wait_deletions() -> None:
     serving processes do; a process's normal exit waits for them anyway,
     ``os._exit`` does not)."""
     while _finishing:
-        thread, done = _finishing.pop()
-        thread.join()
-        os.close(done)
-        _gone(thread)
+        _end(*_finishing.pop())
+
+
+def _end(thread: threading.Thread, done: int) -> None:
+    """Join a deletion's ``thread`` (its eventfd ``done`` closed) until the
+    kernel no longer lists it."""
+    thread.join()
+    os.close(done)
+    _gone(thread)
 
 
 def _gone(thread: threading.Thread) -> None:
