@@ -47,11 +47,13 @@ from pyroute2.netlink.rtnl import (
     RTM_NEWLINK,
     RTM_NEWROUTE,
     RTM_SETLINK,
+    rt_proto,
+    rt_type,
 )
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from pyroute2.netlink.rtnl.marshal import MarshalRtnl
-from pyroute2.netlink.rtnl.rtmsg import rtmsg
+from pyroute2.netlink.rtnl.rtmsg import IP6_RT_PRIO_USER, rtmsg
 from pyroute2.requests.address import AddressFieldFilter, AddressIPRouteFilter
 from pyroute2.requests.bridge import BridgeFieldFilter, BridgeIPRouteFilter
 from pyroute2.requests.link import LinkFieldFilter, LinkIPRouteFilter
@@ -117,8 +119,10 @@ def build(kind: str, command: str, /, *, strict_check: bool = False,
     lower case, message fields, and its shortcuts such as ``kind`` /
     ``peer`` / ``master`` for links, ``dst="net/len"`` / ``metrics`` for
     routes); pyroute2's request filters turn them into the message, as
-    ``IPRoute`` does. A route to add defaults to proto "static", type
-    "unicast", as with ``IPRoute.route``. A dump takes message fields only
+    ``IPRoute`` does (a route's add, replace, append or del with the plain
+    values `cni_skel.netlink` passes is filled in directly, to the same
+    bytes, at half the CPU: `_route_message`). A route to add defaults to
+    proto "static", type "unicast", as with ``IPRoute.route``. A dump takes message fields only
     (``family``, ...). ``strict_check``: for a socket with
     NETLINK_GET_STRICT_CHK on (`Rtnl.strict_check`), whose GET headers the
     kernel checks (as pyroute2's ``IPRoute(strict_check=True)``).
@@ -128,14 +132,24 @@ def build(kind: str, command: str, /, *, strict_check: bool = False,
         ValueError, TypeError: pyroute2 refused a value.
     """
     msg_type, flags = COMMANDS[kind][command]
-    msg = _MESSAGES[kind]()
     if command == "dump":
+        msg = _MESSAGES[kind]()
         for key, value in kwargs.items():
             msg[key] = value
         return msg, msg_type, flags
     if kind == "route" and command in ("add", "replace", "append"):
         kwargs.setdefault("proto", "static")
         kwargs.setdefault("type", "unicast")
+    if kind == "route" and command != "get":
+        msg = _route_message(kwargs, strict_check)
+        if msg is not None:
+            return msg, msg_type, flags
+    return _filtered(kind, command, strict_check, kwargs), msg_type, flags
+
+
+def _filtered(kind: str, command: str, strict_check: bool, kwargs: dict[str, Any]) -> Any:
+    """The message pyroute2's request filters make of ``kwargs``."""
+    msg = _MESSAGES[kind]()
     if kind == "vlan_filter":
         kwargs["family"] = AF_BRIDGE
     request = RequestProcessor(context=kwargs, prime=kwargs)
@@ -151,7 +165,77 @@ def build(kind: str, command: str, /, *, strict_check: bool = False,
         nla = msg.name2nla(key)
         if value is not None and msg.valid_nla(nla):
             msg["attrs"].append([nla, value])
-    return msg, msg_type, flags
+    return msg
+
+
+#: Route keywords `_route_message` takes: those `cni_skel.netlink`'s route
+#: helpers pass (with `build`'s proto and type defaults).
+_ROUTE_NLAS = {"dst": "RTA_DST", "gateway": "RTA_GATEWAY", "oif": "RTA_OIF",
+               "prefsrc": "RTA_PREFSRC", "priority": "RTA_PRIORITY", "table": "RTA_TABLE",
+               "metrics": "RTA_METRICS"}
+_ROUTE_FIELDS = ("family", "proto", "type", "scope")
+_ROUTE_METRICS = {"mtu": "RTAX_MTU", "advmss": "RTAX_ADVMSS"}
+
+
+def _route_message(kwargs: dict[str, Any], strict_check: bool) -> Any:
+    """The ``rtmsg`` pyroute2's route filters would build from ``kwargs``
+    (the same bytes once encoded: tests/test_rtnl_build.py compares them),
+    filled in directly: the filters cost ~60 µs a request, as much as
+    encoding the message. None for anything but plain values of the keys
+    in `_ROUTE_NLAS` and `_ROUTE_FIELDS` (the filters then build it)."""
+    family = kwargs.get("family")
+    dst = kwargs.get("dst")
+    if (family not in (socket.AF_INET, socket.AF_INET6) or not isinstance(dst, str)
+            or not kwargs.keys() <= _ROUTE_KEYS):
+        return None
+    address, _, length = dst.partition("/")
+    if not length.isdigit() or not address:
+        return None
+    msg = rtmsg()
+    msg["family"] = family
+    msg["dst_len"] = int(length)
+    for name, names in (("proto", rt_proto), ("type", rt_type), ("scope", {})):
+        value = kwargs.get(name)
+        if isinstance(value, str):
+            value = names.get(value)  # other names: the filters read /etc/iproute2
+            if value is None:
+                return None
+        elif value is not None and not isinstance(value, int):
+            return None
+        msg[name] = value or 0
+    table = kwargs.get("table")
+    if table is not None and (not isinstance(table, int) or table <= 0):
+        return None
+    # as pyroute2's RouteIPRouteFilter.get_table: RTA_TABLE carries the table
+    msg["table"] = 0 if strict_check else table if table and table < 255 else 254
+    attrs = msg["attrs"]
+    for key, value in kwargs.items():
+        nla = _ROUTE_NLAS.get(key)
+        if nla is None or value is None or value == "":
+            continue
+        if key == "dst":
+            if msg["dst_len"] == 0:
+                continue  # a default route: the family alone
+            value = address
+        elif key == "priority":
+            if not isinstance(value, int):
+                return None
+            if value == 0 and family == socket.AF_INET6:
+                value = IP6_RT_PRIO_USER  # what the kernel makes of metric 0
+        elif key == "metrics":
+            if not isinstance(value, dict) or not value.keys() <= _ROUTE_METRICS.keys():
+                return None
+            value = {"attrs": [[_ROUTE_METRICS[k], v] for k, v in value.items()
+                               if v is not None]}
+            if not value["attrs"]:
+                continue
+        elif not isinstance(value, int if key in ("oif", "table") else str):
+            return None
+        attrs.append([nla, value])
+    return msg
+
+
+_ROUTE_KEYS = frozenset(_ROUTE_NLAS) | frozenset(_ROUTE_FIELDS)
 
 
 class PartialIfinfmsg(ifinfmsg):

@@ -15,6 +15,7 @@ import errno
 import ipaddress
 import itertools
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from pyroute2.netlink.marshal import Marshal
 from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_GETLINK, RTM_NEWLINK
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
-from cni_skel import linkbatch, netlink
+from cni_skel import linkbatch, netlink, rtnl
 from cni_skel.errors import CNIError
 from cni_skel.netlink import (
     Link,
@@ -62,7 +63,7 @@ from cni_skel.netlink import (
     rules,
 )
 from cni_skel.netns import NetNS, NetNSNotFound, current_netns, open_netns
-from cni_skel.rtnl import Rtnl, link_marshal
+from cni_skel.rtnl import Rtnl, build, link_marshal
 from cni_skel.sysctl import read_sysctl, sysctl_path, write_sysctl
 
 pytestmark = [
@@ -1159,3 +1160,59 @@ def test_sysctl_path_forms():
     )
     # not a path escape: the net.*-only policy is the tuning plugin's
     assert sysctl_path("kernel.hostname") == "/proc/sys/kernel/hostname"
+
+
+def _encoded(msg, msg_type: int, flags: int) -> bytes:
+    msg["header"]["type"] = msg_type
+    msg["header"]["flags"] = flags
+    msg["header"]["sequence_number"] = 7
+    msg.encode()
+    return bytes(msg.data)
+
+
+def test_route_requests_built_without_the_filters_encode_as_with_them():
+    """`rtnl.build` fills route add/replace/append/del messages in itself
+    for the keywords netlink's route helpers pass: byte for byte what
+    pyroute2's request filters make of them (a seeded sample of their
+    combinations, both strict-check settings); anything else (a scope or
+    proto by a name of /etc/iproute2, a bare address) still goes through
+    the filters."""
+    rng = random.Random(36)
+    dsts = [("10.77.0.0/24", 2, "10.77.0.1"), ("0.0.0.0/0", 2, "10.77.0.1"),
+            ("10.77.3.4/32", 2, "10.77.0.1"), ("fd00:77::/64", 10, "fd00:77::1"),
+            ("::/0", 10, "fe80::1"), ("fd00:77::9/128", 10, "fd00:77::1")]
+    choices = {"gateway": (None, True), "oif": (None, 7, 4096),
+               "table": (None, 100, 254, 255, 1000), "priority": (None, 0, 20),
+               "scope": (None, 0, 253, 254, 255),
+               "prefsrc": (None, True), "metrics": (None, {"mtu": 1400},
+                                                    {"mtu": 1400, "advmss": 1360},
+                                                    {"mtu": None}),
+               "proto": (None, "boot", "static", "kernel", 4)}
+    fast = 0
+    for _ in range(1500):
+        dst, family, gw = rng.choice(dsts)
+        kwargs = {"dst": dst, "family": family}
+        for key in rng.sample(sorted(choices), rng.randint(0, len(choices))):
+            value = rng.choice(choices[key])
+            if value is True:
+                value = gw if key == "gateway" else gw.replace("1", "2", 1)
+            if value is not None:
+                kwargs[key] = value
+        command = rng.choice(("add", "replace", "append", "del"))
+        strict = rng.random() < 0.5
+        msg, msg_type, flags = build("route", command, strict_check=strict, **kwargs)
+        if command != "del":  # build's defaults for a route to add
+            kwargs.setdefault("proto", "static")
+            kwargs.setdefault("type", "unicast")
+        fast += rtnl._route_message(kwargs, strict) is not None
+        full = rtnl._filtered("route", command, strict, dict(kwargs))
+        assert _encoded(msg, msg_type, flags) == _encoded(full, msg_type, flags), \
+            (command, strict, kwargs)
+    assert fast == 1500
+    assert rtnl._route_message({"dst": "10.77.0.0/24", "family": 2}, False) is not None
+    for odd in ({"dst": "10.77.0.0/24", "family": 2, "scope": "link"},
+                {"dst": "10.77.0.0/24", "family": 2, "proto": "made-up"},
+                {"dst": "10.77.0.4", "family": 2},
+                {"dst": "10.77.0.0/24", "family": 2, "table": "main"},
+                {"dst": "10.77.0.0/24", "family": 2, "tos": 4}):
+        assert rtnl._route_message(odd, False) is None, odd
