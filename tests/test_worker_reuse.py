@@ -12,6 +12,7 @@ the next call. These tests look at the idle process from outside, through
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import shutil
@@ -27,6 +28,7 @@ from conftest import HERE, SuiteWorker, serving_processes
 from cni_skel import netlink
 from cni_skel.harness import remove_netns, run_plugin_raw
 from cni_skel.netns import NetNS
+from cni_skel.warm import serving
 from cni_skel.warm.install import plugin_registry, write_executable
 
 PROBE_REF = "worker_plugins.probe:WorkerProbe"
@@ -412,3 +414,41 @@ def test_a_call_keeps_no_namespace_of_its_caller_alive(pool, wdir, netns_factory
         while netlink.find_link(wipr, "cnsk-pin1") is not None:
             assert time.monotonic() < deadline, "the removed node namespace is kept alive"
             time.sleep(0.05)
+
+
+def test_cycles_are_collected_between_calls_not_inside_them():
+    """A serving process's cycle collector: the automatic threshold is
+    raised to `GC_IN_CALL` while it serves, and `_BetweenCalls.collect`
+    (run after each answer) collects the young generation once it holds
+    `GC_BETWEEN_CALLS` objects, the middle one every tenth pass, all of
+    them every hundredth; reference cycles left by a call are freed there."""
+    thresholds = gc.get_threshold()
+    passes: list[int] = []
+
+    def seen(phase: str, info: dict) -> None:
+        if phase == "start":
+            passes.append(info["generation"])
+
+    gc.collect()
+    gc.callbacks.append(seen)
+    try:
+        collector = serving._BetweenCalls()
+        assert gc.get_threshold()[0] == serving.GC_IN_CALL
+        collector.collect()
+        assert passes == []  # nothing piled up yet
+
+        class Cycle:
+            def __init__(self) -> None:
+                self.me = self
+
+        for n in range(1, 101):
+            for _ in range(serving.GC_BETWEEN_CALLS):
+                Cycle()  # garbage only a collection frees
+            collector.collect()
+            want = 2 if n % 100 == 0 else 1 if n % 10 == 0 else 0
+            assert passes[-1] == want, (n, passes[-3:])
+            assert len(passes) == n
+            assert gc.get_count()[0] < serving.GC_BETWEEN_CALLS
+    finally:
+        gc.callbacks.remove(seen)
+        gc.set_threshold(*thresholds)
