@@ -122,8 +122,8 @@ def build(kind: str, command: str, /, *, strict_check: bool = False,
     ``IPRoute`` does (a route's add, replace, append or del with the plain
     values `cni_skel.netlink` passes is filled in directly, to the same
     bytes, at half the CPU: `_route_message`). A route to add defaults to
-    proto "static", type "unicast", as with ``IPRoute.route``. A dump takes message fields only
-    (``family``, ...). ``strict_check``: for a socket with
+    proto "static", type "unicast", as with ``IPRoute.route``. A dump takes
+    message fields only (``family``, ...). ``strict_check``: for a socket with
     NETLINK_GET_STRICT_CHK on (`Rtnl.strict_check`), whose GET headers the
     kernel checks (as pyroute2's ``IPRoute(strict_check=True)``).
 
@@ -174,12 +174,13 @@ _ROUTE_NLAS = {"dst": "RTA_DST", "gateway": "RTA_GATEWAY", "oif": "RTA_OIF",
                "prefsrc": "RTA_PREFSRC", "priority": "RTA_PRIORITY", "table": "RTA_TABLE",
                "metrics": "RTA_METRICS"}
 _ROUTE_FIELDS = ("family", "proto", "type", "scope")
+_ROUTE_KEYS = frozenset(_ROUTE_NLAS) | frozenset(_ROUTE_FIELDS)
 _ROUTE_METRICS = {"mtu": "RTAX_MTU", "advmss": "RTAX_ADVMSS"}
 
 
 def _route_message(kwargs: dict[str, Any], strict_check: bool) -> Any:
     """The ``rtmsg`` pyroute2's route filters would build from ``kwargs``
-    (the same bytes once encoded: tests/test_rtnl_build.py compares them),
+    (the same bytes once encoded: tests/test_netns_netlink.py compares them),
     filled in directly: the filters cost ~60 µs a request, as much as
     encoding the message. None for anything but plain values of the keys
     in `_ROUTE_NLAS` and `_ROUTE_FIELDS` (the filters then build it)."""
@@ -233,9 +234,6 @@ def _route_message(kwargs: dict[str, Any], strict_check: bool) -> Any:
             return None
         attrs.append([nla, value])
     return msg
-
-
-_ROUTE_KEYS = frozenset(_ROUTE_NLAS) | frozenset(_ROUTE_FIELDS)
 
 
 class PartialIfinfmsg(ifinfmsg):
