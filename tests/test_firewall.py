@@ -235,6 +235,46 @@ def test_native_nftables_drop_chain(firewall, bridge, netns_factory, tmp_path):
     check_fails(firewall, conf, n.node, pod, "is not in set cni_firewall_pods4")
 
 
+def nft_set(ns: TestNetNS, table: str, name: str = "cni_firewall_pods4") -> list[str]:
+    """The addresses in set ``name`` of inet ``table``."""
+    def read() -> list[str]:
+        objs = Nft().run([{"list": {"set": {"family": "inet", "table": table, "name": name}}}],
+                         what="list set")
+        elems = next(o["set"] for o in objs if "set" in o).get("elem", [])
+        return sorted(e["elem"]["val"] if isinstance(e, dict) else e for e in elems)
+    return in_ns(ns, read)
+
+
+def test_two_drop_chains_take_the_pod_in_one_transaction(firewall, bridge, netns_factory,
+                                                         tmp_path):
+    """Two nftables tables drop forwarded traffic; the second one's pod set
+    is full (size 1, taken): the ADD fails and the first table, written
+    before it, holds no element of the pod either (one transaction for
+    both). With room in both, ADD lets the pod through both and DEL takes
+    it out of both."""
+    n = Node(netns_factory, bridge, tmp_path)
+    for t in ("nodefw_a", "nodefw_b"):
+        sh(n.node, "nft", f"add table inet {t}; add chain inet {t} forward "
+           "{ type filter hook forward priority 0; policy drop; }")
+    sh(n.node, "nft", "add set inet nodefw_b cni_firewall_pods4 "
+       "{ type ipv4_addr; size 1; elements = { 10.73.0.250 } }")
+    pod, prev = n.pod(netns_factory)
+    conf = fw_conf(prev, dataDir=str(tmp_path / "fw"))
+    run = call_raw(firewall, "ADD", conf, n.node, pod)
+    assert run.exit_code != 0, run.doc
+    assert nft_set(n.node, "nodefw_a") == [] and nft_set(n.node, "nodefw_b") == ["10.73.0.250"]
+    assert not n.reaches_lan(pod)
+
+    sh(n.node, "nft", "flush set inet nodefw_b cni_firewall_pods4")
+    call(firewall, "ADD", conf, n.node, pod)
+    assert nft_set(n.node, "nodefw_a") == nft_set(n.node, "nodefw_b") == [pod_ip(prev)]
+    assert n.reaches_lan(pod)
+    for _ in range(2):
+        call(firewall, "DEL", conf, n.node, pod)
+    assert nft_set(n.node, "nodefw_a") == nft_set(n.node, "nodefw_b") == []
+    assert not n.reaches_lan(pod)
+
+
 def test_same_bridge_policy_isolates_bridges_as_go(firewall, bridge, netns_factory, tmp_path):
     """ingressPolicy same-bridge on two bridges of one node: a pod of one
     does not reach a pod of the other; the chains are Go's (its ADD on an

@@ -129,12 +129,14 @@ def _present(dc: DropChain, addrs: list[ipaddress.IPv4Address | ipaddress.IPv6Ad
 def add_pods(nft: Nft, addrs: Iterable[ipaddress.IPv4Address | ipaddress.IPv6Address],
              owner: str) -> list[dict]:
     """Let ``addrs`` through every drop chain: the layout where missing,
-    then the elements (one transaction). Returns what was added, as
+    then the elements of every table in one transaction (a table that
+    refuses them leaves none in the others). Returns what was added, as
     records ``{"family", "table", "set", "address"}`` for `delete_pods`
     (an address some other attachment has in the set already is its, and
     not returned)."""
     addrs = list(addrs)
     added: list[dict] = []
+    cmds: list[dict] = []
     for dc in drop_chains(nft):
         mine = [ip for ip in addrs if ip.version in _VERSIONS[dc.family]]
         if not mine:
@@ -142,22 +144,33 @@ def add_pods(nft: Nft, addrs: Iterable[ipaddress.IPv4Address | ipaddress.IPv6Add
         _ensure(nft, dc)
         there = _present(dc, mine)
         new = [ip for ip, have in zip(mine, there, strict=True) if not have]
-        nft.run([{"add": _obj(dc, "element", name=SETS[ip.version],
+        cmds += [{"add": _obj(dc, "element", name=SETS[ip.version],
                               elem=[{"elem": {"val": str(ip), "comment": owner}}])}
-                 for ip in new], what=f"add pods to table {dc.family} {dc.table}")
+                 for ip in new]
         added += [{"family": dc.family, "table": dc.table, "set": SETS[ip.version],
                    "address": str(ip)} for ip in new]
+    if cmds:
+        nft.run(cmds, what="add pods to the drop chains' sets")
     return added
 
 
 def delete_pods(nft: Nft, records: Iterable[dict]) -> None:
-    """Delete the elements `add_pods` returned; those gone already (the
-    table reloaded, say) are no error."""
-    for r in records:
+    """Delete the elements `add_pods` returned, in one transaction; those
+    gone already (the table reloaded, say) are no error (one at a time
+    then: one missing element fails the whole transaction)."""
+    cmds = [{"delete": {"element": {"family": r["family"], "table": r["table"],
+                                    "name": r["set"], "elem": [r["address"]]}}}
+            for r in records]
+    try:
+        if cmds:
+            nft.run(cmds, what="delete pods from the drop chains' sets")
+        return
+    except NftError as exc:
+        if exc.errno != errno.ENOENT:
+            raise
+    for cmd in cmds:
         try:
-            nft.run([{"delete": {"element": {
-                "family": r["family"], "table": r["table"], "name": r["set"],
-                "elem": [r["address"]]}}}], what=f"delete pod from table {r['table']}")
+            nft.run([cmd], what=f"delete pod from table {cmd['delete']['element']['table']}")
         except NftError as exc:
             if exc.errno != errno.ENOENT:
                 raise
