@@ -70,7 +70,7 @@ from pyroute2.netlink.rtnl.tcmsg import cls_u32, sched_tbf, tcmsg
 from cni_skel import netlink
 from cni_skel.env import ifname_problem
 from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, CNIError
-from cni_skel.rtnl import Rtnl, build
+from cni_skel.rtnl import Rtnl
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from pyroute2 import IPRoute
@@ -341,23 +341,13 @@ def create_ifb(ipr: Socket, name: str, *, mtu: int | None = None, up: bool = Tru
     """
     if not isinstance(name, str) or ifname_problem(name) is not None:
         raise CNIError(ERR_INVALID_NETWORK_CONFIG, f'invalid interface name "{name}"')
-    kwargs: dict[str, Any] = {"ifname": name, "kind": "ifb"}
-    if mtu is not None:
-        if isinstance(mtu, bool) or not isinstance(mtu, int) or mtu <= 0:
-            raise CNIError(ERR_INVALID_NETWORK_CONFIG, f"invalid MTU {mtu!r}")
-        kwargs["mtu"] = mtu
-    if up:  # IFF_UP in the creation, as Go's LinkAdd does it: one request
-        kwargs["flags"] = kwargs["change"] = _IFF_UP
-    try:
-        _call("create ifb", f'"{name}"', lambda: _send(ipr, *build("link", "add", **kwargs)))
-    except CNIError as e:
-        if isinstance(e.__cause__, NetlinkError) and e.__cause__.code == errno.EEXIST:
-            raise netlink.LinkExists(name) from e.__cause__
-        raise
-    link = netlink.find_link(ipr, name)
-    if link is None:
-        raise CNIError(ERR_INTERNAL, f'ifb "{name}" vanished right after creation')
-    return link
+    if mtu is not None and (isinstance(mtu, bool) or not isinstance(mtu, int) or mtu <= 0):
+        raise CNIError(ERR_INVALID_NETWORK_CONFIG, f"invalid MTU {mtu!r}")
+    # IFF_UP in the creation, as Go's LinkAdd does it; the kernel echoes the
+    # new link (NLM_F_ECHO): one request in all.
+    data = {"flags": _IFF_UP, "change": _IFF_UP} if up else {}
+    return netlink._create_link("create ifb", ipr, name, "ifb", netns=None, netns_ipr=None,
+                                mtu=mtu, mac=None, parent=None, data=data)
 
 
 # --------------------------------------------------------------------------
