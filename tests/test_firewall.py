@@ -238,10 +238,8 @@ def test_native_nftables_drop_chain(firewall, bridge, netns_factory, tmp_path):
 def nft_set(ns: TestNetNS, table: str, name: str = "cni_firewall_pods4") -> list[str]:
     """The addresses in set ``name`` of inet ``table``."""
     def read() -> list[str]:
-        objs = Nft().run([{"list": {"set": {"family": "inet", "table": table, "name": name}}}],
-                         what="list set")
-        elems = next(o["set"] for o in objs if "set" in o).get("elem", [])
-        return sorted(e["elem"]["val"] if isinstance(e, dict) else e for e in elems)
+        listing = Nft().table("inet", table)
+        return sorted(value for value, _ in listing.elements(name)) if listing else []
     return in_ns(ns, read)
 
 

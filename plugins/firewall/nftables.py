@@ -158,6 +158,7 @@ def delete_pods(nft: Nft, records: Iterable[dict]) -> None:
     """Delete the elements `add_pods` returned, in one transaction; those
     gone already (the table reloaded, say) are no error (one at a time
     then: one missing element fails the whole transaction)."""
+    records = list(records)
     cmds = [{"delete": {"element": {"family": r["family"], "table": r["table"],
                                     "name": r["set"], "elem": [r["address"]]}}}
             for r in records]
@@ -168,9 +169,9 @@ def delete_pods(nft: Nft, records: Iterable[dict]) -> None:
     except NftError as exc:
         if exc.errno != errno.ENOENT:
             raise
-    for cmd in cmds:
+    for r, cmd in zip(records, cmds, strict=True):
         try:
-            nft.run([cmd], what=f"delete pod from table {cmd['delete']['element']['table']}")
+            nft.run([cmd], what=f"delete pod from table {r['table']}")
         except NftError as exc:
             if exc.errno != errno.ENOENT:
                 raise
