@@ -9,6 +9,7 @@ import ipaddress
 import os
 
 import pytest
+from cni_skel_plugins.sbr import ROUTE_PROTO
 from podlink_common import call, call_raw, check_fails, go_exe, host_local, link_of, make_lan
 from test_bridge_go import masked
 
@@ -30,13 +31,16 @@ def macvlan(cni_bin: str) -> str:
     return os.path.join(cni_bin, "macvlan")
 
 
-def iface_conf(data_dir, version: str) -> dict:
-    """The interface plugin's config: dual stack, default routes and one
-    more route, through the LAN's gateways."""
+#: The interface plugin's routes: default routes and one more, through the
+#: LAN's gateways.
+IFACE_ROUTES = ({"dst": "0.0.0.0/0"}, {"dst": "::/0"}, {"dst": "10.66.0.0/16"})
+
+
+def iface_conf(data_dir, version: str, routes=IFACE_ROUTES) -> dict:
+    """The interface plugin's config: dual stack, ``routes`` through the
+    LAN's gateways."""
     return {"cniVersion": version, "name": NET, "type": "macvlan", "master": "eth0",
-            "ipam": host_local(data_dir, "10.55.0.0/24", "fd00:55::/64",
-                               routes=[{"dst": "0.0.0.0/0"}, {"dst": "::/0"},
-                                       {"dst": "10.66.0.0/16"}])}
+            "ipam": host_local(data_dir, "10.55.0.0/24", "fd00:55::/64", routes=list(routes))}
 
 
 def sbr_conf(version: str, prev: dict | None, **extra) -> dict:
@@ -46,12 +50,13 @@ def sbr_conf(version: str, prev: dict | None, **extra) -> dict:
     return conf
 
 
-def pod_with_iface(macvlan: str, netns_factory, data_dir, version: str = "1.0.0"):
+def pod_with_iface(macvlan: str, netns_factory, data_dir, version: str = "1.0.0",
+                   routes=IFACE_ROUTES):
     """A node (its eth0 on a LAN), a pod with eth0 from our macvlan: the
     node, the pod and macvlan's result (sbr's prevResult)."""
     lan = make_lan(netns_factory, lan_ips=("10.55.0.1/24", "fd00:55::1/64"))
     pod = netns_factory("cnsk-pod")
-    prev = call(macvlan, "ADD", iface_conf(data_dir, version), lan.node, pod)
+    prev = call(macvlan, "ADD", iface_conf(data_dir, version, routes), lan.node, pod)
     return lan.node, pod, prev
 
 
@@ -72,6 +77,15 @@ def routing(pod) -> dict:
                        for r in netlink.rules(ipr) if r.src is not None)
         return {"rules": rules, "tables": {t: table(t) for _, _, _, t in rules},
                 "main": table(MAIN)}
+
+
+def everything(pod) -> dict:
+    """Every rule and every route of every table in the pod, each as all
+    that `netlink.routes` / `netlink.rules` read of it: what "the pod as
+    sbr found it" means, route by route."""
+    with NetNS.open(pod.path) as n, n.rtnl() as ipr:
+        return {"rules": sorted(map(repr, netlink.rules(ipr))),
+                "routes": sorted(repr(sorted(r.items())) for r in netlink.routes(ipr, table=None))}
 
 
 # --- the main job ------------------------------------------------------------
@@ -222,6 +236,9 @@ def test_bad_input_changes_nothing(sbr, macvlan, netns_factory, tmp_path, extra,
 
 def test_missing_interface_is_999_and_changes_nothing(sbr, macvlan, netns_factory, tmp_path):
     node, pod, prev = pod_with_iface(macvlan, netns_factory, tmp_path)
+    # addresses with no interface index count as on CNI_IFNAME (Go's getIPCfgs)
+    prev = dict(prev, ips=[{k: v for k, v in ip.items() if k != "interface"}
+                           for ip in prev["ips"]])
     before = routing(pod)
     for exe in (sbr, go_exe("sbr")):
         run = call_raw(exe, "ADD", sbr_conf("1.0.0", prev), node, pod, ifname="net9")
@@ -260,3 +277,107 @@ def test_replies_leave_through_the_addresss_table(sbr, macvlan, netns_factory, t
         assert via.get_attr("RTA_GATEWAY") == "10.55.0.1"
         assert via.get_attr("RTA_OIF") == link.index
         assert netlink.route_get(ipr, ipaddress.ip_address("10.200.0.9")) is None
+
+
+# --- what DEL restores, what ADD refuses (issue 48; docs/sbr.md) -------------
+
+
+@pytest.mark.parametrize(("routes", "extra"), [
+    ((), {}),                                      # gateways, no route at all in the main table
+    (({"dst": "10.66.0.0/16"}, {"dst": "fd00:66::/48"}), {}),   # routes, no default
+    (IFACE_ROUTES, {}),                            # the default routes too
+    (({"dst": "10.66.0.0/16"},), {"table": 500}),
+], ids=["no-routes", "no-default", "defaults", "table"])
+def test_add_then_del_leaves_the_pod_as_found(sbr, macvlan, netns_factory, tmp_path, routes,
+                                              extra):
+    """ADD then DEL leaves every table's routes and every rule as before
+    ADD, route by route, both families. ADD's own default routes (via the
+    prevResult gateways) are deleted, not moved to the main table (it had
+    none before without ``defaults``: the fuzz found DEL adding them, 218
+    times in 304). Go's DEL leaves the routes in the tables and the main
+    table without them (shown on the same inputs)."""
+    for who, exe in (("ours", sbr), ("go", go_exe("sbr"))):
+        node, pod, prev = pod_with_iface(macvlan, netns_factory, tmp_path / who, routes=routes)
+        assert all(ip.get("gateway") for ip in prev["ips"])
+        before, main = everything(pod), routing(pod)["main"]
+        call(exe, "ADD", sbr_conf("1.0.0", prev, **extra), node, pod)
+        assert everything(pod) != before
+        if who == "ours":  # table: the routes stay (Go 1.1.1 predates the key)
+            assert (routing(pod)["main"] == main) == bool(extra)
+        assert call(exe, "DEL", sbr_conf("1.0.0", prev, **extra), node, pod) is None
+        if who == "ours":
+            assert everything(pod) == before
+        elif not extra:  # (with table, Go 1.1.1 predates the key, 1.9.1 moves nothing)
+            assert everything(pod)["routes"] != before["routes"]  # Go: moved, not back
+        assert everything(pod)["rules"] == before["rules"]
+
+
+def test_del_puts_back_only_what_add_moved(sbr, macvlan, netns_factory, tmp_path):
+    """The main table keeps what ADD did not move (a route through eth0 of
+    no prevResult address's subnet; Go deletes it, copied nowhere), and a
+    default route the main table had, with another metric than ADD's own,
+    comes back while ADD's does not."""
+    node, pod, prev = pod_with_iface(macvlan, netns_factory, tmp_path, routes=())
+    with NetNS.open(pod.path) as n, n.rtnl() as ipr:
+        netlink.add_route(ipr, "0.0.0.0/0", gw="10.55.0.1", dev="eth0", priority=50)
+        netlink.add_route(ipr, "10.88.0.0/16", gw="10.55.0.9", dev="eth0", src="10.55.0.2")
+        netlink.add_route(ipr, "fd00:88::/48", gw="fe80::9", dev="eth0")
+    before = everything(pod)
+    call(sbr, "ADD", sbr_conf("1.0.0", prev), node, pod)
+    main = {(dst, gw) for dst, gw, *_ in routing(pod)["main"]}
+    assert ("fd00:88::/48", "fe80::9") in main          # no address's: stays
+    assert ("0.0.0.0/0", "10.55.0.1") not in main        # moved into table 100
+    with NetNS.open(pod.path) as n, n.rtnl() as ipr:
+        defaults = sorted((r["priority"], r["proto"]) for r in netlink.routes(ipr, table=100)
+                          if r["dst"].prefixlen == 0)
+    assert defaults == [(0, ROUTE_PROTO), (50, 3)]       # ADD's own, the main table's
+    call(sbr, "DEL", sbr_conf("1.0.0", prev), node, pod)
+    assert everything(pod) == before
+
+
+@pytest.mark.parametrize("extra", [{}, {"table": 200}], ids=["tables", "table"])
+@pytest.mark.parametrize("prev", [
+    {"cniVersion": "0.2.0", "ip4": {"ip": "10.66.16.50/24"}},
+    {"cniVersion": "1.0.0", "ips": [{"address": "10.55.0.2/24", "gateway": "10.55.0.1"},
+                                    {"address": "10.55.0.77/24", "gateway": "10.55.0.1"}]},
+], ids=["old-format", "second-not-held"])
+def test_an_address_the_interface_lacks_is_refused(sbr, macvlan, netns_factory, tmp_path,
+                                                    prev, extra):
+    """A prevResult address that eth0 does not hold: code 7 naming it and
+    the interface, before any change (no rule, the main table intact).
+    Go 1.1.1 takes it: its rule stays after its own DEL, which looks rules
+    up by the interface's addresses."""
+    version = prev["cniVersion"]
+    for who, exe in (("ours", sbr), ("go", go_exe("sbr"))):
+        node, pod, _ = pod_with_iface(macvlan, netns_factory, tmp_path / who)
+        before = everything(pod)
+        run = call_raw(exe, "ADD", sbr_conf(version, prev, **extra), node, pod)
+        if who == "go":
+            if run.exit_code == 0:
+                call(exe, "DEL", sbr_conf(version, prev, **extra), node, pod)
+                assert everything(pod)["rules"] != before["rules"]  # Go leaks the rule
+            continue
+        assert run.exit_code == 1 and run.doc["code"] == 7, run.doc
+        foreign = "10.66.16.50/24" if "ip4" in prev else "10.55.0.77/24"
+        assert run.doc["msg"] == f"prevResult address {foreign} is not on interface eth0"
+        assert everything(pod) == before
+        call(sbr, "DEL", sbr_conf(version, prev, **extra), node, pod)
+        assert everything(pod) == before
+
+
+def test_no_address_on_the_interface_is_refused(sbr, macvlan, netns_factory, tmp_path):
+    """prevResult's addresses all on another interface: code 7 and nothing
+    changed. Go 1.1.1 answers success having removed every main-table
+    route of eth0 (its DEL brings none back)."""
+    for who, exe in (("ours", sbr), ("go", go_exe("sbr"))):
+        node, pod, prev = pod_with_iface(macvlan, netns_factory, tmp_path / who)
+        prev = dict(prev, interfaces=[{"name": "net1", "sandbox": pod.path}])
+        before = everything(pod)
+        run = call_raw(exe, "ADD", sbr_conf("1.0.0", prev), node, pod)
+        if who == "go":
+            assert run.exit_code == 0 and routing(pod)["main"] == []
+            continue
+        assert run.exit_code == 1 and run.doc["code"] == 7, run.doc
+        assert run.doc["msg"] == "No IP addresses supplied on interface: eth0"
+        assert "none on eth0" in run.doc["details"]
+        assert everything(pod) == before

@@ -7,6 +7,6 @@ Same executable name and config keys as Go's; the plugin is `Sbr` (in
 
 from __future__ import annotations
 
-from .plugin import Sbr, SbrConf
+from .plugin import ROUTE_PROTO, Sbr, SbrConf
 
-__all__ = ["Sbr", "SbrConf"]
+__all__ = ["ROUTE_PROTO", "Sbr", "SbrConf"]

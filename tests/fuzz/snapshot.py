@@ -3,14 +3,18 @@
 `take` reads, for each named network namespace, its links (kind, MTU, MAC,
 up/promisc/allmulti flags, queue length, master, veth peer) and addresses
 (pyroute2, IPv6 link-local left out: the kernel adds those by itself), its
-nftables ruleset (libnftables JSON; every set/map element is an item of its
-own; iptables-nft's ``ip filter`` / ``ip6 filter`` tables are among them,
-their ``-m`` matches seen as bare ``xt`` expressions, enough to compare), its
-ipsets and their entries with comments (netlink), the chosen sysctls (read
-inside the namespace: /proc/sys/net belongs to the reading thread's
-namespace); and every file under the given directories (size and SHA-256).
-`diff` compares two pictures and names what appeared, vanished or changed,
-leaving out `is_infra` items.
+policy-routing rules and the routes of every table (each route by table,
+destination, gateway, link, metric, proto, type, scope and preferred source;
+the local table and routes to IPv6 link-local and multicast destinations left
+out, the kernel's own as their addresses are), its nftables ruleset
+(libnftables JSON; every set/map element is an item of its own; iptables-nft's
+``ip filter`` / ``ip6 filter`` tables are among them, their ``-m`` matches
+seen as bare ``xt`` expressions, enough to compare), its ipsets and their
+entries with comments (netlink), the chosen sysctls (read inside the
+namespace: /proc/sys/net belongs to the reading thread's namespace); and every
+file under the given directories (size and SHA-256). `diff` compares two
+pictures and names what appeared, vanished or changed, leaving out `is_infra`
+items.
 
 Infrastructure (`is_infra`) is what a plugin creates once for a whole network
 and keeps, as the Go plugins do: the bridge device with its gateway addresses
@@ -22,7 +26,8 @@ the tables from its first pod on), host-local's bookkeeping files (``lock``,
 ``last_reserved_ip.N``, the ``.cni-skel-index`` cache), and forwarding /
 ``route_localnet`` switched on in the node namespace (Go never switches them
 back), and the l3mdev rules the kernel adds with a namespace's first VRF (it
-never adds them again there: they stay).
+never adds them again there: they stay); a route through an infrastructure
+link is infrastructure with it (the bridge's own subnet route).
 
 The firewall's per-node layout is infrastructure too when it *appears* (one
 copy of each rule; a rule doubled, changed or gone still counts): in
@@ -42,6 +47,7 @@ import ipaddress
 import json
 import os
 import re
+import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -60,6 +66,11 @@ __all__ = ["INFRA_TABLES", "IPTABLES_TABLES", "LinkState", "Observer", "Snapshot
 #: nftables tables whose layout (not elements) is shared by every pod of a node.
 INFRA_TABLES = frozenset({("inet", "cni_skel_bridge"), ("bridge", "cni_skel_bridge"),
                           ("inet", "cni_portmap")})
+# Routes the kernel makes and drops with the links' own addresses (the local
+# table's: an IPv6 address's only once its DAD is over), and to these.
+_RT_TABLE_LOCAL = 255
+_LINK_LOCAL6 = ipaddress.ip_network("fe80::/10")
+_MULTICAST6 = ipaddress.ip_network("ff00::/8")
 #: Node sysctls a plugin may switch on for good (bridge: forwarding; portmap:
 #: route_localnet), matched on the /proc/sys-relative path.
 _INFRA_SYSCTL = re.compile(r"^net/ipv4/ip_forward$|^net/ipv6/conf/all/forwarding$"
@@ -95,7 +106,8 @@ class LinkState(NamedTuple):
 #: ("link", ns, name), ("addr", ns, ifname, cidr), ("nft", ns, kind, family,
 #: table, name), ("rule", ns, family, table, chain, rule JSON) -> count,
 #: ("elem", ns, family, table, set, element JSON), ("iprule", ns, family,
-#: priority, selector, table), ("ipset", ns, name), ("ipentry", ns, name,
+#: priority, selector, table), ("route", ns, table, dst, gateway, link name,
+#: metric, proto, type, scope, prefsrc), ("ipset", ns, name), ("ipentry", ns, name,
 #: address) -> comment, ("file", relative path), ("sysctl", ns, key).
 Snapshot = dict[tuple, Any]
 
@@ -126,6 +138,20 @@ def _links(ns: str, ipr: Any, out: Snapshot) -> None:
             ("fwmark", r.get_attr("FRA_FWMARK")), ("l3mdev", r.get_attr("FRA_L3MDEV"))) if v)
         out[("iprule", ns, r["family"], r.get_attr("FRA_PRIORITY") or 0, selector,
              r.get_attr("FRA_TABLE") or r["table"])] = True
+    for r in ipr.get_routes(family=socket.AF_UNSPEC, table=None):
+        if r["family"] not in (socket.AF_INET, socket.AF_INET6):
+            continue
+        zero = "0.0.0.0" if r["family"] == socket.AF_INET else "::"
+        dst = ipaddress.ip_network(f"{r.get_attr('RTA_DST') or zero}/{r['dst_len']}",
+                                   strict=False)
+        table = r.get_attr("RTA_TABLE") or r["table"]
+        if table == _RT_TABLE_LOCAL or (dst.version == 6 and (
+                dst.subnet_of(_LINK_LOCAL6) or dst.subnet_of(_MULTICAST6))):
+            continue
+        out[("route", ns, table, str(dst),
+             r.get_attr("RTA_GATEWAY"), names.get(r.get_attr("RTA_OIF")),
+             r.get_attr("RTA_PRIORITY") or 0, r["proto"], r["type"], r["scope"],
+             r.get_attr("RTA_PREFSRC"))] = True
 
 
 def _scrub(obj: Any) -> Any:
@@ -350,6 +376,8 @@ def is_infra(key: tuple, old: Any, new: Any, before: Snapshot, after: Snapshot) 
         return _is_infra_link(snaps, key[1], key[2])
     if what == "addr":
         return _is_infra_link(snaps, key[1], key[2])
+    if what == "route":
+        return key[5] is not None and _is_infra_link(snaps, key[1], key[5])
     if what == "nft":  # a table itself is never infrastructure a call may add
         if key[2] == "table":
             return False
@@ -387,6 +415,11 @@ def _show(key: tuple, value: Any) -> str:
         return f"nftables element {key[1]}: {key[2]} {key[3]} set {key[4]}: {key[5][:160]}"
     if what == "iprule":
         return f"ip rule {key[1]}: {key[3]}: {key[4] or 'all'} lookup {key[5]}"
+    if what == "route":
+        return (f"route {key[1]}: table {key[2]} {key[3]}"
+                + (f" via {key[4]}" if key[4] else "") + (f" dev {key[5]}" if key[5] else "")
+                + f" metric {key[6]} proto {key[7]} type {key[8]} scope {key[9]}"
+                + (f" src {key[10]}" if key[10] else ""))
     if what == "ipset":
         return f"ipset {key[1]}: {key[2]}"
     if what == "ipentry":

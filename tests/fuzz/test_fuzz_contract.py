@@ -435,8 +435,15 @@ class Rig:
         return self.env({"CNI_COMMAND": verb, "CNI_CONTAINERID": cid, "CNI_NETNS": S.POD,
                          "CNI_IFNAME": "eth0", "CNI_ARGS": "", "CNI_PATH": S.BIN}, cid)
 
-    def valid_stdin(self, cid: str) -> bytes:
-        return self.resolve(json.dumps(S.base_config(self.plugin)).encode(), cid)
+    def valid_stdin(self, cid: str, case: S.Case | None = None) -> bytes:
+        """The base config; for sbr with the case's own ``table`` when it is a
+        valid one: a runtime's setup ADD and its DEL share the config, and a
+        DEL into another table than ADD's leaves ADD's routes where they are."""
+        conf = S.base_config(self.plugin)
+        table = (case.config or {}).get("table") if case is not None else None
+        if self.plugin == "sbr" and type(table) is int and 0 < table < 2**32:
+            conf["table"] = table
+        return self.resolve(json.dumps(conf).encode(), cid)
 
     def call(self, env: dict[bytes, bytes], stdin: bytes) -> Call:
         assert self.node is not None
@@ -493,7 +500,7 @@ class Rig:
         cid = f"fz{next(self._ids):05d}"
         found: list[tuple[str, str]] = []
         setup_result = None
-        valid_stdin = self.valid_stdin(cid)
+        valid_stdin = self.valid_stdin(cid, case)
         if case.setup:
             call = self.call(self.valid_env("ADD", cid), valid_stdin)
             found += contract(call, "ADD", valid_stdin)
@@ -507,6 +514,11 @@ class Rig:
         verb = actual_verb(env)
         call = self.call(env, stdin)
         found += contract(call, verb, stdin)
+        if any(n.startswith("huge prevResult") for n in case.notes) \
+                and call.seconds > S.HUGE_PREV_SECONDS:
+            found.append(("slow-on-huge-prevresult",
+                          f"{call.seconds:.1f} s (bound {S.HUGE_PREV_SECONDS:.0f} s); "
+                          f"{call.brief()}"))
         after = self.snap()
         state: list[tuple[str, str]] = []
         if verb == "ADD" and call.exit_code == 0:

@@ -45,6 +45,7 @@ def test_snapshot_diff_names_leaks_and_passes_infrastructure(node_netns, pod_net
             ipr.link("add", ifname="cnskbr0", kind="bridge")
             ipr.addr("add", index=ipr.link_lookup(ifname="cnskbr0")[0], address="10.55.0.1",
                      prefixlen=24)
+            ipr.link("set", index=ipr.link_lookup(ifname="cnskbr0")[0], state="up")
             ipr.link("add", ifname="vethleak", kind="veth", peer="vethleakp")
             ns.run(lambda: Nft().run([
                 {"add": {"table": {"family": "inet", "name": "cni_skel_bridge"}}},
@@ -60,6 +61,10 @@ def test_snapshot_diff_names_leaks_and_passes_infrastructure(node_netns, pod_net
             ipr.link("add", ifname="eth0", kind="veth", peer="eth0p")
             ipr.addr("add", index=ipr.link_lookup(ifname="eth0")[0], address="10.55.0.9",
                      prefixlen=24)
+            for link in ("eth0", "eth0p"):
+                ipr.link("set", index=ipr.link_lookup(ifname=link)[0], state="up")
+            ipr.route("add", dst="10.77.0.0/16", gateway="10.55.0.254", table=100,
+                      oif=ipr.link_lookup(ifname="eth0")[0])
         _write(pod_netns, SYSCTL, "1")
         (data / "net" / "10.55.0.9").write_text("c1\r\neth0")
         (data / "net" / "last_reserved_ip.0").write_text("10.55.0.9")
@@ -74,7 +79,9 @@ def test_snapshot_diff_names_leaks_and_passes_infrastructure(node_netns, pod_net
                      "+ nftables table node: inet leaky", "+ nftables set node: inet leaky s",
                      "+ nftables element node: inet leaky set s", "+ file net/10.55.0.9",
                      f"~ sysctl pod {SYSCTL}: '0' -> '1'",
-                     "+ nftables table node: inet cni_skel_bridge"):
+                     "+ nftables table node: inet cni_skel_bridge",
+                     "+ route pod: table 100 10.77.0.0/16 via 10.55.0.254 dev eth0",
+                     "+ route pod: table 254 10.55.0.0/24 dev eth0 metric 0 proto 2"):
         assert any(line.startswith(expected) for line in lines), (expected, text)
     for passed in ("cnskbr0", "10.55.0.1", "n_x", "last_reserved_ip", "lock"):
         assert passed not in text, (passed, text)
