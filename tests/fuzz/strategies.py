@@ -392,16 +392,21 @@ def _is_model(tp: Any) -> bool:
     return False
 
 
+def in_shape(doc: dict, version: str) -> Any:
+    """A drawn prevResult ``doc`` in ``version``'s shape when it can be
+    written so, else as drawn."""
+    try:
+        return Result.model_validate(doc).to_version(version)
+    except (ValueError, CNIError):
+        return doc
+
+
 @functools.cache
 def derived_prev_result(version: str) -> st.SearchStrategy[Any]:
     """A prevResult from the result model's fields, in ``version``'s shape
     when it can be written so (else as drawn)."""
-    def shape(doc: dict) -> Any:
-        try:
-            return Result.model_validate(doc).to_version(version)
-        except (ValueError, CNIError):
-            return doc
-    return from_model(Result, skip=frozenset({"cniVersion"}), optional=0.7).map(shape)
+    return from_model(Result, skip=frozenset({"cniVersion"}), optional=0.7).map(
+        lambda doc: in_shape(doc, version))
 
 
 _CONF_MODEL = {"bridge": BridgeConf, "host-local": HostLocalConf, "loopback": NetConf,
@@ -445,11 +450,7 @@ def firewall_prev_result(draw: st.DrawFn, version: str) -> Any:
         if index is not None:
             ip["interface"] = index
         ips.append(ip)
-    doc = {"interfaces": ifaces, "ips": ips}
-    try:
-        return Result.model_validate(doc).to_version(version)
-    except (ValueError, CNIError):
-        return doc
+    return in_shape({"interfaces": ifaces, "ips": ips}, version)
 
 
 # sbr: the pod's own addresses (twice as likely), addresses eth0 does not
@@ -492,11 +493,7 @@ def sbr_prev_result(draw: st.DrawFn, version: str) -> Any:
         if index is not None:
             ip["interface"] = index
         ips.append(ip)
-    doc = {"interfaces": ifaces, "ips": ips}
-    try:
-        return Result.model_validate(doc).to_version(version)
-    except (ValueError, CNIError):
-        return doc
+    return in_shape({"interfaces": ifaces, "ips": ips}, version)
 
 
 #: Chained plugins that walk a prevResult, and the sizes of the huge ones
