@@ -19,7 +19,11 @@ and its exit statuses), which the parent reads. For each call:
 * environment, cwd and umask from the request, taken after the capability
   drop (`cni_skel.warm.caller`); fd 0 is /dev/null, fds 1 and 2 are the
   launcher's stderr (as ``skel._main`` points fd 1 at stderr), so
-  diagnostics and delegated plugins' stderr stream live;
+  diagnostics and delegated plugins' stderr stream live; a launcher that
+  goes away during the call (a runtime's timeout killed it) is noticed at
+  once (`_LauncherHangup`, SIGIO): fds 1, 2 and the received fd become
+  /dev/null, so the runtime's stderr pipe reaches EOF, while the call runs
+  to its end and its fate is logged (answered, not delivered);
 * stdout (one JSON document) and the exit code go back on the connection;
   one log line per request (`_RequestLine`) and, with ``metrics_address``,
   Prometheus metrics (`cni_skel.warm.metrics`, kept by the parent).
@@ -64,6 +68,7 @@ from __future__ import annotations
 
 import _signal  # noqa: PLC2701 (getsignal without the enum wrapping: see _handlers)
 import contextlib
+import fcntl
 import gc
 import io
 import json
@@ -72,6 +77,7 @@ import resource
 import select
 import signal
 import socket
+import struct
 import sys
 import time
 from collections.abc import Sequence
@@ -192,6 +198,7 @@ class WorkerChild:
         self.conn: socket.socket | None = None  # the connection being served
         self.accepted_reported = False  # the parent has a copy of it
         self.done: list[bytes] = []  # "done" fields not yet reported
+        self.hangup = _LauncherHangup()  # a launcher gone during its call
 
     def _report_done(self, plugin: str, verb: str, outcome: str, code: str,
                      seconds: float) -> None:
@@ -448,11 +455,14 @@ class WorkerChild:
         if len(fds) > 3 and netns:
             hand_over_netns(netns, fds[3])
         self.calls += 1
+        hangup = self.hangup
         try:
             _enter_process_context(fds[2], os.fsdecode(cwd_b), umask, env)
+            hangup.arm(conn.fileno(), fds[2])
             out, code = _dispatch(plugin, stdin, InProcessExec(
                 self.plugins, self.ident, self.log, cid, self._report_done))
         finally:
+            gone = hangup.disarm()  # first: it must not touch the fds put back below
             hand_over_netns(netns, None)
             # The caller's stderr and namespaces go before the answer: a
             # runtime reads the launcher's stderr to EOF once it exits.
@@ -462,6 +472,12 @@ class WorkerChild:
             dirty = dirty or "answered error 999"
         line.write("answered", "", out, code)  # before the answer: the log is never behind
         self._report_idle(dirty)
+        if gone is not None:  # nobody to answer: its fate, logged instead
+            _log(self.log, cid, f"{cmd or '-'} {_fate(out, code)} "
+                 f"({(time.monotonic() - start) * 1e3:.0f} ms), but the launcher is gone: it "
+                 f"went away {(gone - start) * 1e3:.0f} ms into the call, its stderr was let "
+                 f"go then and the call ran to its end; not delivered")
+            return dirty
         try:
             conn.sendall(encode_reply(ST_DONE, code, out))
         except OSError as exc:
@@ -521,6 +537,15 @@ class _RequestLine:
                 self.report(self.plugin, self.verb, outcome, label, seconds)
             else:
                 self.report(self.plugin, self.verb, outcome, "", seconds)
+
+
+def _fate(out: bytes, exit_code: int) -> str:
+    """How a call ended, for a log line: "answered exit=N" and, for an
+    Error on stdout, its code and msg."""
+    code, msg = _error_of(out)
+    if code is None:
+        return f"answered exit={exit_code}"
+    return f"answered exit={exit_code} code={code} msg={_logfmt(msg)}"
 
 
 def _logfmt(value: Any) -> str:
@@ -593,6 +618,112 @@ class InProcessExec(SubprocessExec):
         if (st.st_dev, st.st_ino) != self.ident:
             return None
         return info["ref"], self.plugins[info["ref"]]
+
+
+_F_SETOWN_EX = getattr(fcntl, "F_SETOWN_EX", 15)  # Linux's; Python 3.11 has no name for it
+_F_OWNER_TID = 0
+
+
+class _LauncherHangup:
+    """Notices, while a call runs, that its launcher went away (killed by a
+    runtime's timeout, say), and lets go of the caller's stderr at once.
+
+    A runtime that reads a plugin's stderr until EOF (Go's os/exec does,
+    unless WaitDelay is set) would otherwise wait for the end of the call:
+    the serving process holds that pipe as its fds 1 and 2 and as the fd
+    the launcher sent. `arm` (once the call's context is entered) asks the
+    kernel for SIGIO on the connection, addressed to this thread (O_ASYNC,
+    F_SETOWN_EX): no helper thread, a plugin runs in a single-threaded
+    process as before (setns into a mount namespace needs that). The
+    handler asks for restarts (SA_RESTART): system calls the kernel
+    restarts (reads, writes, recv, flock, waitpid), C ones included
+    (libnftables), finish as if no signal came; those it never restarts
+    (sleeps, poll, select, socket timeouts) fail with EINTR, which Python
+    retries (PEP 475) and C code must handle for any signal anyway.
+
+    When the signal comes and the connection is hung up (POLLHUP: the
+    launcher closed it, not mere data or a half-close), the handler points
+    the received fd, then fds 1 and 2, at /dev/null: the runtime's pipe
+    reaches EOF, nothing else of the process changes, and the call runs on
+    to its end (a half-done ADD would leave state behind); its answer is
+    logged instead of sent (`WorkerChild._serve_request`). Python runs the
+    handler between two bytecodes of the main thread, so a long C call, or
+    a syscall the kernel restarts (a flock another call holds), delays the
+    release to its end. A connection already hung up when armed is seen at
+    once. Delegated plugins the call exec'd before the release keep their
+    own copy of stderr until they exit (it cannot reach into another
+    process); those exec'd after it get /dev/null.
+
+    `disarm` (first thing after the call, before fds 0-2 are put back)
+    clears O_ASYNC and puts the previous SIGIO handler back, so
+    `ProcessBaseline` finds the process as it was; it returns when the
+    launcher was seen gone (monotonic), or None. Both cost a call ~7 us
+    (a sigaction, two fcntl and a poll each way, roughly).
+    """
+
+    def __init__(self) -> None:
+        self.err = -1  # the received stderr while armed, else -1: the handler does nothing
+        self.conn = -1
+        self.flags = 0  # the connection's file status flags before `arm`
+        self.gone: float | None = None
+        self.previous: Any = _signal.SIG_DFL
+        self.handler = self._on_sigio  # one bound method: `disarm` knows it again
+        self.poll = select.poll()
+
+    def arm(self, conn: int, err: int) -> None:
+        """Watch connection ``conn`` for the rest of the call; ``err`` is
+        the launcher's stderr as received (fds 1 and 2 are its copies)."""
+        self.gone = None
+        try:
+            self.flags = fcntl.fcntl(conn, fcntl.F_GETFL)
+            # _signal's: signal.signal's enum wrapping costs 5 us a call
+            self.previous = _signal.signal(signal.SIGIO, self.handler)
+        except (OSError, ValueError):
+            return  # not watched: the call runs as it did before
+        self.conn = conn  # from here `disarm` puts back what was changed
+        try:
+            _signal.siginterrupt(signal.SIGIO, False)  # SA_RESTART
+            fcntl.fcntl(conn, _F_SETOWN_EX, struct.pack("ii", _F_OWNER_TID, os.getpid()))
+            fcntl.fcntl(conn, fcntl.F_SETFL, self.flags | os.O_ASYNC)
+        except OSError:
+            self.disarm()
+            return
+        self.err = err
+        self.poll.register(conn, 0)  # POLLHUP and POLLERR only
+        self._on_sigio(signal.SIGIO, None)  # gone already: no signal would come
+
+    def disarm(self) -> float | None:
+        conn, self.conn, self.err = self.conn, -1, -1
+        if conn < 0:
+            return None
+        with contextlib.suppress(OSError, KeyError):
+            self.poll.unregister(conn)
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(conn, fcntl.F_SETFL, self.flags)
+        # A handler the plugin set instead is left for `ProcessBaseline` to see.
+        if _signal.getsignal(signal.SIGIO) is self.handler:
+            _signal.signal(signal.SIGIO, _signal.SIG_DFL if self.previous is None
+                           else self.previous)
+        return self.gone
+
+    def _on_sigio(self, signum: int, frame: Any) -> None:
+        # Runs inside the plugin's code: it must never raise into it.
+        err = self.err
+        if err < 0 or self.gone is not None:
+            return
+        try:
+            if not self.poll.poll(0):
+                return  # data or a half-close: the launcher is still there
+            null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.dup2(null, err, inheritable=False)  # first: a copy of it made after is null too
+                os.dup2(null, 1)
+                os.dup2(null, 2)
+            finally:
+                os.close(null)
+        except Exception:  # a nested poll raises RuntimeError: never into the call
+            return
+        self.gone = time.monotonic()
 
 
 def _reply(conn: socket.socket, status: int, exit_code: int, out: bytes) -> None:
