@@ -21,8 +21,10 @@ from .errors import ERR_INVALID_NETWORK_CONFIG, ERR_UNSUPPORTED_FIELD, CNIError
 from .model import CNIModel
 from .tags import attachment_tag
 from .types import DNS, Result, parse_result
+from .types.convert import list_lengths
 
 __all__ = [
+    "PREV_RESULT_MAX_ENTRIES",
     "GCAttachment",
     "IPAMConf",
     "IfName",
@@ -30,6 +32,16 @@ __all__ = [
     "config_error",
     "unsupported",
 ]
+
+#: The most entries each list of a prevResult may hold: ``ips``, ``routes``,
+#: ``interfaces``, ``dns.nameservers``, ``dns.search``, ``dns.options``
+#: (0.1.0/0.2.0: ``ip4.routes`` and ``ip6.routes`` together). A real pod
+#: carries a handful (an address or two per family, two or three
+#: interfaces, a few routes; resolv.conf reads 3 nameservers, Kubernetes
+#: allows 32 search domains); the bound keeps a plugin's work on its
+#: prevResult (one kernel request per address, say) to seconds at worst.
+#: See `NetConf`.
+PREV_RESULT_MAX_ENTRIES = 1024
 
 
 def _ifname(value: str) -> str:
@@ -107,6 +119,19 @@ class NetConf(CNIModel):
     ``prev_result`` is the ``prevResult`` of any spec version, already
     converted to the current (1.1.0) result model; its own ``cniVersion`` is
     used to parse it, the config's when it has none.
+
+    Each list of a prevResult holds at most `PREV_RESULT_MAX_ENTRIES`
+    (1024) entries: ``ips``, ``routes``, ``interfaces``,
+    ``dns.nameservers``, ``dns.search``, ``dns.options``; in the 0.1.0 and
+    0.2.0 shape ``ip4.routes`` and ``ip6.routes`` together. They are
+    counted on the raw JSON before any model is built, so refusing a
+    million entries costs no more than reading them. More is refused with
+    `cni_skel.errors.ERR_INVALID_NETWORK_CONFIG` (7), ``invalid prevResult:
+    20000 entries in "ips", more than the 1024 a prevResult may carry``.
+    Why: a plugin does work per entry (a kernel or D-Bus request per
+    address, a route to look up), so an absurd prevResult kept calls busy
+    for minutes; no real pod comes near the bound (docs/limits.md). Go's
+    plugins have no such bound (they take any prevResult).
     """
 
     cni_version: str = Field("0.1.0", alias="cniVersion")
@@ -128,8 +153,17 @@ class NetConf(CNIModel):
             return value
         if not isinstance(value, dict):
             raise ValueError("prevResult must be a JSON object")
+        version = info.data.get("cni_version") or None
+        for keys, n in list_lengths(value, version):
+            if n > PREV_RESULT_MAX_ENTRIES:
+                where = " and ".join(f'"{k}"' for k in keys)
+                raise CNIError(ERR_INVALID_NETWORK_CONFIG,
+                               f"invalid prevResult: {n} entries in {where}, more than the "
+                               f"{PREV_RESULT_MAX_ENTRIES} a prevResult may carry",
+                               "cni_skel.config.PREV_RESULT_MAX_ENTRIES bounds each list of "
+                               "a prevResult (docs/limits.md)")
         try:
-            return parse_result(value, info.data.get("cni_version") or None)
+            return parse_result(value, version)
         except CNIError as exc:
             # Not a ValueError: pydantic lets it through with its own code.
             raise CNIError(exc.code, f"invalid prevResult: {exc.msg}", exc.details) from None

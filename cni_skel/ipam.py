@@ -178,11 +178,13 @@ def check_routes(ipr: Any, routes: list[Route]) -> None:
     Raises:
         CNIError: 999 naming the route that is missing.
     """
-    table = netlink.routes(ipr)
+    # gateways by destination: a scan of the table per route was quadratic
+    gws: dict[Any, set[Any]] = {}
+    for r in netlink.routes(ipr):
+        gws.setdefault(r["dst"], set()).add(r["gw"])
     for route in routes:
         dst = route.dst.network
-        found = any(r["dst"] == dst and (route.gw is None or r["gw"] == route.gw)
-                    for r in table)
+        found = dst in gws and (route.gw is None or route.gw in gws[dst])
         if not found:
             via = f" via {route.gw}" if route.gw is not None else ""
             raise CNIError(ERR_INTERNAL, f"route {dst}{via} not found")

@@ -196,12 +196,16 @@ class Masquerade:
                  if any(e.get("jump", {}).get("target") == self.id for e in r["expr"])]
         if len(jumps) < 2:
             problems.append(f"postrouting jumps to {self.id} are missing")
+        # each set read once: per address it made CHECK quadratic in addresses
+        tagged: dict[str, set[str]] = {}
         for a in addrs:
             pods, local = self.set_names(a.version)
-            have = {str(v) for v, c in listing.elements(pods) if c == tag}
-            if str(a.ip) not in have:
+            for name in (pods, local):
+                if name not in tagged:
+                    tagged[name] = {str(v) for v, c in listing.elements(name) if c == tag}
+            if str(a.ip) not in tagged[pods]:
                 problems.append(f"{a.ip} is not in masquerade set {pods}")
-            if not any(c == tag for _, c in listing.elements(local)):
+            if not tagged[local]:
                 problems.append(f"{a} is not in set {local}")
         return problems
 

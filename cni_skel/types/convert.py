@@ -124,15 +124,24 @@ def _short_repr(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+#: Errors `_describe` spells out; the rest are counted (a result of many bad
+#: entries must not make a message of megabytes).
+_DESCRIBED_ERRORS = 10
+
+
 def _describe(exc: ValidationError) -> str:
-    """One line per error: ``key.path: problem``."""
+    """One line per error: ``key.path: problem``; the first
+    `_DESCRIBED_ERRORS`, then how many more."""
     parts = []
-    for err in exc.errors(include_url=False):
+    errors = exc.errors(include_url=False)
+    for err in errors[:_DESCRIBED_ERRORS]:
         where = ".".join(str(p) for p in err["loc"]) or "result"
         msg = err["msg"]
         if err["type"] != "missing" and not err["type"].startswith("cni_"):
             msg = f"{msg}, got {_short_repr(err.get('input'))}"
         parts.append(f"{where}: {msg}")
+    if len(errors) > _DESCRIBED_ERRORS:
+        parts.append(f"and {len(errors) - _DESCRIBED_ERRORS} more")
     return "; ".join(parts)
 
 
@@ -142,6 +151,49 @@ def _looks_current(data: dict) -> bool:
     if keys.get("ip4") is not None or keys.get("ip6") is not None:
         return False
     return bool(keys.get("ips") or keys.get("interfaces"))
+
+
+def _folded_all(data: dict, key: str) -> list[Any]:
+    """Every value of ``data`` under a spelling of ``key`` (case ignored):
+    which one a model keeps depends on their order (`cni_skel.model`)."""
+    folded = key.lower()
+    return [v for k, v in data.items() if isinstance(k, str) and k.lower() == folded]
+
+
+def _longest(data: dict, key: str) -> int:
+    return max((len(v) for v in _folded_all(data, key) if isinstance(v, list)), default=0)
+
+
+def list_lengths(data: dict, version: str | None = None) -> list[tuple[tuple[str, ...], int]]:
+    """The length of each list `parse_result` would build from ``data`` (a
+    decoded result; ``version`` as for `parse_result`), counted on the raw
+    JSON before any model is built: ``(keys, length)`` for ``ips``,
+    ``routes``, ``interfaces``, ``dns.nameservers``, ``dns.search`` and
+    ``dns.options``; in the 0.1.0/0.2.0 shape, ``ip4.routes`` and
+    ``ip6.routes`` together (the one ``routes`` list they become) instead
+    of the first three. A key spelled several ways (case ignored, as Go's
+    decoder) counts its longest list; a value that is not a list counts 0
+    (`parse_result` refuses it). Internal: `cni_skel.config.NetConf`
+    bounds a prevResult with it."""
+    out: list[tuple[tuple[str, ...], int]] = []
+    label = _get_folded(data, "cniVersion")
+    ver = (label if isinstance(label, str) else "") or version or CURRENT_VERSION
+    if ver in _VERSIONS_02X and not _looks_current(data):
+        routes = {}
+        for family in ("ip4", "ip6"):
+            sections = [v for v in _folded_all(data, family) if isinstance(v, dict)]
+            n = max((_longest(v, "routes") for v in sections), default=0)
+            if n:
+                routes[f"{family}.routes"] = n
+        if routes:
+            out.append((tuple(routes), sum(routes.values())))
+    else:
+        out += [((k,), _longest(data, k)) for k in ("ips", "routes", "interfaces")]
+    for dns in _folded_all(data, "dns"):
+        if isinstance(dns, dict):
+            out += [((f"dns.{k}",), _longest(dns, k))
+                    for k in ("nameservers", "search", "options")]
+    return out
 
 
 def _from_040(old: Result040) -> Result:

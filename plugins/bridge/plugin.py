@@ -526,9 +526,12 @@ class Bridge(Plugin):
                 if cont_if.mac and cont_if.mac != cont.mac:
                     raise CNIError(ERR_INTERNAL, f"Interface {args.ifname} Mac {cont_if.mac} "
                                                  f"doesn't match container Mac: {cont.mac}")
+                # an index naming no interface (a bad prevResult) is not ours
+                n = len(prev.interfaces)
                 check_interface_ips(cipr, cont, [
                     ipc for ipc in prev.ips if ipc.interface is None
-                    or prev.interfaces[ipc.interface].name == args.ifname])
+                    or (0 <= ipc.interface < n
+                        and prev.interfaces[ipc.interface].name == args.ifname)])
                 check_routes(cipr, prev.routes)
             host = None
             for intf in prev.interfaces:

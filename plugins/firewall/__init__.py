@@ -9,6 +9,6 @@ the plugin is `Firewall` (in `.plugin`).
 
 from __future__ import annotations
 
-from .plugin import Firewall, FirewallConf, owner
+from .plugin import FIREWALLD_MAX_ADDRESSES, Firewall, FirewallConf, owner
 
-__all__ = ["Firewall", "FirewallConf", "owner"]
+__all__ = ["FIREWALLD_MAX_ADDRESSES", "Firewall", "FirewallConf", "owner"]

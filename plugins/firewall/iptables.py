@@ -19,7 +19,11 @@ owner (`owner`), and the rules are written once. The ``same-bridge`` and
 
 DEL of a pod this plugin did not add (no record: a Go-made pod on a node
 moving to cni-skel) deletes Go's per-address rules for prevResult's
-addresses, as Go's DEL does.
+addresses, as Go's DEL does. CHECK and that DEL look for Go's rules in one
+listing of CNI-FORWARD (`Layout.go_rules_of`), and that DEL removes them
+in one ``iptables-restore``, not one command per rule: each iptables-nft
+command reads the whole chain, so a prevResult of a thousand addresses
+took tens of seconds that way.
 
 Source: containernetworking/plugins 1.1.1 plugins/meta/firewall
 (iptables.go, ingresspolicy.go); ``isolated`` is Go >= 1.4's.
@@ -28,6 +32,7 @@ Source: containernetworking/plugins 1.1.1 plugins/meta/firewall
 from __future__ import annotations
 
 import ipaddress
+import subprocess
 from collections.abc import Iterable
 
 from cni_skel.ipset import IPSets
@@ -118,13 +123,85 @@ class Layout:
 
     def delete_go_rules(self, addrs: Iterable[ipaddress.IPv4Address | ipaddress.IPv6Address]
                         ) -> None:
-        """Go's DEL: its per-address rules, where there."""
-        for ip in addrs:
+        """Go's DEL: its per-address rules, where there. One listing of
+        CNI-FORWARD (`go_rules_of`) tells which addresses have them: those
+        go in one ``iptables-restore`` (all or nothing), rule by rule with
+        ``-D`` when it fails (a rule not there is no error) or when the
+        chain can not be listed. An address the chain does not name costs
+        nothing."""
+        addrs = list(dict.fromkeys(addrs))
+        lines = self._listing()
+        have = self._go_rules_in(lines, addrs) if lines is not None else {}
+        batch = [ip for ip in addrs if have.get(ip)]
+        single = [ip for ip in addrs if lines is None or have.get(ip) is None]
+        if batch and not self._restore([f"-D {PRIV_CHAIN} {' '.join(rule)}"
+                                        for ip in batch for rule in go_rules(ip)]):
+            single += batch
+        for ip in single:
             for rule in go_rules(ip):
                 self.ipt.delete(PRIV_CHAIN, rule)
 
     def has_go_rules(self, ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+        """Whether CNI-FORWARD holds Go's two rules for ``ip`` (two ``-C``)."""
         return all(self.ipt.exists(PRIV_CHAIN, rule) for rule in go_rules(ip))
+
+    def go_rules_of(self, addrs: Iterable[ipaddress.IPv4Address | ipaddress.IPv6Address]
+                    ) -> dict[ipaddress.IPv4Address | ipaddress.IPv6Address, bool]:
+        """Whether CNI-FORWARD holds Go's two rules for each of ``addrs``,
+        from one listing of the chain: both rules listed as Go writes them
+        is yes, no rule naming the address is no, anything else (a listing
+        spelled otherwise) is asked with ``-C`` (`has_go_rules`), as is
+        every address when the chain can not be listed."""
+        addrs = list(addrs)
+        lines = self._listing()
+        have = self._go_rules_in(lines, addrs) if lines is not None else {}
+        return {ip: self.has_go_rules(ip) if have.get(ip) is None else bool(have[ip])
+                for ip in addrs}
+
+    @staticmethod
+    def _go_rules_in(lines: list[str], addrs: list[ipaddress.IPv4Address | ipaddress.IPv6Address]
+                     ) -> dict[ipaddress.IPv4Address | ipaddress.IPv6Address, bool | None]:
+        """From ``iptables -S`` lines: True when both of an address's Go
+        rules are listed as Go writes them, False when no rule names it,
+        None when unsure."""
+        listed = set(lines)
+        named = {word for line in lines for word in line.split()}
+        out: dict[ipaddress.IPv4Address | ipaddress.IPv6Address, bool | None] = {}
+        for ip in addrs:
+            if host_prefix(ip) not in named:
+                out[ip] = False
+            elif all(f"-A {PRIV_CHAIN} {' '.join(r)}" in listed for r in go_rules(ip)):
+                out[ip] = True
+            else:
+                out[ip] = None
+        return out
+
+    def _command(self, *args: str, stdin: bytes | None = None
+                 ) -> subprocess.CompletedProcess | None:
+        try:
+            return subprocess.run(list(args), input=stdin, capture_output=True,
+                                  timeout=self.ipt.timeout, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+
+    def _listing(self) -> list[str] | None:
+        """``iptables -S CNI-FORWARD``'s lines (none without the chain);
+        None when it can not be listed (the caller asks rule by rule)."""
+        proc = self._command(self.ipt.tool, "-w", str(self.ipt.wait), "-t", self.ipt.table,
+                             "-S", PRIV_CHAIN)
+        if proc is None or proc.returncode not in (0, 1):
+            return None
+        if proc.returncode == 1:  # no such chain: no rule in it
+            return []
+        return proc.stdout.decode(errors="replace").splitlines()
+
+    def _restore(self, commands: list[str]) -> bool:
+        """``commands`` (``-D CHAIN ...`` lines) in one ``iptables-restore
+        --noflush`` of the table: all applied, or none and False."""
+        text = "\n".join([f"*{self.ipt.table}", *commands, "COMMIT", ""]).encode()
+        proc = self._command(f"{self.ipt.tool}-restore", "-w", str(self.ipt.wait), "--noflush",
+                             stdin=text)
+        return proc is not None and proc.returncode == 0
 
 
 def isolate_bridge(version: int, bridge: str, *, isolated: bool) -> None:

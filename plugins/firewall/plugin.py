@@ -10,7 +10,8 @@ node's filter, wherever that filter lives:
   A FORWARD policy of DROP (Docker sets it) is overridden only there: an
   accept in another nftables table does not stop a drop in this one;
 * ``backend: "firewalld"`` (Go's): the pod's addresses become sources of
-  ``firewalldZone`` (default ``trusted``) over D-Bus (`.firewalld`);
+  ``firewalldZone`` (default ``trusted``) over D-Bus (`.firewalld`), at
+  most `FIREWALLD_MAX_ADDRESSES` of them;
 * ``backend: "nftables"`` (ours): each nftables base chain on the forward
   hook that drops by policy gets an accept for pods (`.nftables`);
 * no ``backend`` (Go's choice first): firewalld when it runs, else
@@ -51,7 +52,15 @@ from . import nftables, records
 from .firewalld import Firewalld
 from .iptables import SETS, Layout, isolate_bridge
 
-__all__ = ["Firewall", "FirewallConf", "owner"]
+__all__ = ["FIREWALLD_MAX_ADDRESSES", "Firewall", "FirewallConf", "owner"]
+
+#: The most addresses an ADD through the firewalld backend takes (a
+#: prevResult may carry 1,024, `cni_skel.config.PREV_RESULT_MAX_ENTRIES`):
+#: firewalld 1.3 applies each source in a transaction of its own, and each
+#: costs more the more sources its zones hold, so 1,024 took about a minute
+#: (256: 3 s). More is refused with code 7 before anything is added. A pod
+#: has a handful.
+FIREWALLD_MAX_ADDRESSES = 256
 
 IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 #: iptables chain names we write: none or 1..28 (XT_EXTENSION_MAXNAMELEN - 1)
@@ -140,16 +149,22 @@ class Firewall(Plugin):
 
         Raises:
             CNIError: 7 without prevResult, or ``same-bridge``/``isolated``
-                with no interface in it (or one no link can be named); 5
-                when the record can not be written; 999 when iptables,
-                ipset, nftables or firewalld refuse (naming what), or
-                iptables is missing.
+                with no interface in it (or one no link can be named), or
+                more than `FIREWALLD_MAX_ADDRESSES` addresses for the
+                firewalld backend; 5 when the record can not be written;
+                999 when iptables, ipset, nftables or firewalld refuse
+                (naming what), or iptables is missing.
         """
         prev = self._prev(conf)
         check_expressible(conf.cni_version, prev)
         addrs = _addrs(prev)
         bridge = self._policy_bridge(conf, prev)
         backend = self._backend(conf)
+        if backend == "firewalld" and len(addrs) > FIREWALLD_MAX_ADDRESSES:
+            raise CNIError(ERR_INVALID_NETWORK_CONFIG,
+                           f'firewall: {len(addrs)} addresses in prevResult "ips", more than '
+                           f"the {FIREWALLD_MAX_ADDRESSES} the firewalld backend takes",
+                           "firewalld applies each source in a transaction of its own")
         tag = owner(conf.name, args.container_id, args.ifname)
         old = records.read(conf.data_dir, args.container_id, args.ifname)
         doc: dict[str, Any] = {"network": conf.name, "containerID": args.container_id,
@@ -262,24 +277,28 @@ class Firewall(Plugin):
         problems: list[str] = []
         if backend == "firewalld":
             with Firewalld() as fwd:
+                # one getSources for all; querySource (Go's call) for what
+                # it does not list, in case firewalld spells a source otherwise
+                bound = set(fwd.sources(conf.zone))
                 for ip in addrs:
                     src = f"{ip}/{ip.max_prefixlen}"
-                    if not fwd.query_source(conf.zone, src):
+                    if src not in bound and not fwd.query_source(conf.zone, src):
                         problems.append(f"failed to find the address {src} in {conf.zone} zone")
         if backend in ("iptables", "auto"):
             with IPSets() as ipsets:
                 for v in _versions(addrs):
                     layout = Layout(v, conf.admin_chain)
                     mine = [ip for ip in addrs if ip.version == v]
-                    ours = [ip for ip in mine if ipsets.contains(SETS[v], ip)]
-                    gos = [ip for ip in mine if ip not in ours and layout.has_go_rules(ip)]
-                    problems += layout.problems(ipsets, with_set=not gos or bool(ours))
-                    problems += [f"{ip} is not in ipset {SETS[v]}" for ip in mine
-                                 if ip not in ours and ip not in gos]
+                    ours = {ip for ip in mine if ipsets.contains(SETS[v], ip)}
+                    rest = [ip for ip in mine if ip not in ours]
+                    go = layout.go_rules_of(rest) if rest else {}
+                    problems += layout.problems(ipsets, with_set=not any(go.values())
+                                                or bool(ours))
+                    problems += [f"{ip} is not in ipset {SETS[v]}" for ip in rest if not go[ip]]
         if backend in ("nftables", "auto"):
             problems += nftables.problems(Nft(), addrs)
         if problems:
-            raise CNIError(ERR_INTERNAL, "firewall: " + "; ".join(problems))
+            raise CNIError(ERR_INTERNAL, "firewall: " + _joined(problems), "; ".join(problems))
 
     def gc(self, args: CmdArgs, conf: FirewallConf) -> None:
         """Undo the records of this network's attachments not in
@@ -304,6 +323,16 @@ class Firewall(Plugin):
                         ipsets.delete(name, entry.address)
         if problems:
             raise CNIError(ERR_INTERNAL, "firewall GC: " + "; ".join(problems))
+
+
+#: Problems a CHECK error's ``msg`` spells out (``details`` has them all).
+_SHOWN_PROBLEMS = 10
+
+
+def _joined(problems: list[str]) -> str:
+    shown = "; ".join(problems[:_SHOWN_PROBLEMS])
+    more = len(problems) - _SHOWN_PROBLEMS
+    return f"{shown}; and {more} more" if more > 0 else shown
 
 
 def _ipset_delete(name: str, address: str) -> None:

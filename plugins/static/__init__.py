@@ -16,7 +16,7 @@ from ipaddress import IPv6Address
 from cni_skel.env import CmdArgs
 from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, CNIError
 from cni_skel.skel import Plugin
-from cni_skel.types import IPAddress, Result, check_expressible
+from cni_skel.types import IPAddress, IPConfig, Result, check_expressible
 
 from .config import StaticArgs, StaticConf, load_static
 
@@ -90,9 +90,13 @@ class Static(Plugin):
         prev = conf.prev_result
         if prev is None:
             raise CNIError(ERR_INVALID_NETWORK_CONFIG, "Required prevResult missing")
+        # the first prevResult entry of each address (Go's loop takes the
+        # first match): one pass, not one per configured address
+        first: dict[IPAddress | None, IPConfig] = {}
+        for ip in prev.ips:
+            first.setdefault(_v4(ip.address.ip), ip)
         for want in loaded.ips:
-            got = next((ip for ip in prev.ips if _same_ip(ip.address.ip, want.address.ip)),
-                       None)
+            got = first.get(_v4(want.address.ip))
             if got is None or want.gateway is None or _same_ip(want.gateway, got.gateway):
                 continue
             raise CNIError(ERR_INTERNAL, f"static: Failed to match addr {got.address.ip} on "
