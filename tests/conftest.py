@@ -33,6 +33,7 @@ from collections.abc import Iterator
 
 import kernelvm
 import pytest
+import yardsticks
 
 from cni_skel.harness import SocketActivation
 from cni_skel.warm import client as launcher
@@ -57,7 +58,7 @@ SUITE_PLUGINS = ("thirdparty.probe:Probe", "thirdparty.fakeipam:FakeIPAMPlugin",
 VILLAGE_EXAMPLE = HERE.parent / "examples" / "village"
 #: tests/compat010 (package pyptp, tests/test_compat_010.py), on the suite worker's path.
 COMPAT010 = HERE / "compat010"
-GO_CNI_DIR = "/usr/lib/cni"  # Debian's containernetworking-plugins
+GO_CNI_DIR = yardsticks.GO_DEBIAN_DIR  # Debian's containernetworking-plugins
 
 MODES_ENV = "CNI_SKEL_TEST_MODES"
 ALL_MODES = ("oneshot", "warm")
@@ -85,6 +86,10 @@ def load_vector(name: str) -> dict:
 
 def all_vectors() -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in sorted(VECTORS.glob("*.json"))}
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return yardsticks.header()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -344,6 +349,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 @pytest.fixture(scope="session")
 def loopback(cni_bin: str) -> str:
     return os.path.join(cni_bin, "loopback")
+
+
+@pytest.fixture(scope="session", params=yardsticks.yardsticks(), ids=lambda y: y.id)
+def go_yardstick(request: pytest.FixtureRequest) -> yardsticks.Yardstick:
+    """Each set of Go plugins present (`yardsticks`): Debian's 1.1.1 and,
+    when built, upstream 1.9.1; a test taking it runs once per set."""
+    y = request.param
+    if not y.has("loopback"):
+        pytest.fail(f"Go reference plugins missing in {y.dir}: run `make test`, which "
+                    "installs Debian's containernetworking-plugins")
+    return y
 
 
 @pytest.fixture(scope="session")

@@ -16,13 +16,14 @@ from typing import Any
 
 import pytest
 from test_bridge_go import masked  # MACs and the sandbox masked
+from yardsticks import GO_DEBIAN_DIR
 
 from cni_skel import netlink
 from cni_skel.errors import CNIError
 from cni_skel.harness import TestNetNS, remove_netns, run_plugin, run_plugin_raw
 from cni_skel.netns import NetNS
 
-GO_CNI_DIR = "/usr/lib/cni"
+GO_CNI_DIR = GO_DEBIAN_DIR  # the 1.1.1 yardstick (tests/yardsticks.py)
 
 
 @dataclass
