@@ -57,6 +57,7 @@ export CNI_SKEL_GO_LATEST := $(GO_LATEST_DIR)
 go-latest:
 	@if [ -f $(YARDSTICK)/build-go-plugins ]; then \
 	  sh $(YARDSTICK)/build-go-plugins $(GO_LATEST_DIR) >/dev/null && head -n 1 $(GO_LATEST_DIR)/VERSION; \
+	elif [ -f $(GO_LATEST_DIR)/VERSION ]; then echo "no $(YARDSTICK): using the build in $(GO_LATEST_DIR)"; \
 	else echo "no $(YARDSTICK): Go 1.9.1 not built, the tests compare with Debian's 1.1.1 alone"; fi
 
 $(VENV)/.installed: pyproject.toml

@@ -33,12 +33,16 @@ DAD_SETTLE_TIMEOUT = 5.0  # seconds, as Go's ConfigureIface
 
 
 def configure_iface(netns: NetNS, ifname: str | Link, result: Result, *,
-                    ipr: Any = None) -> None:
+                    ipr: Any = None, wait_dad: bool = True) -> None:
     """Configure ``ifname`` inside ``netns`` from ``result``.
 
     ``ifname``: the interface's name, or its `cni_skel.netlink.Link` (read
     in ``netns``; no look-up then). ``ipr``: a netlink socket bound to
     ``netns`` to use (`cni_skel.netns.NetNS.rtnl`); one is opened when None.
+    ``wait_dad``: False skips the wait for IPv6 DAD below, for a link whose
+    DAD cannot run yet: a tap nobody has attached to has no carrier, and its
+    addresses stay tentative until one does (Go 1.9.1 waits the 5 s, then
+    goes on because the link is not operationally up).
 
     ``result`` must be about ``ifname`` alone: every entry of ``result.ips``
     with an ``interface`` index must index an entry of ``result.interfaces``
@@ -73,10 +77,10 @@ def configure_iface(netns: NetNS, ifname: str | Link, result: Result, *,
         if ipr is None:
             ipr = stack.enter_context(netns.rtnl())
         stack.enter_context(netns.enter())
-        _configure(ipr, ifname, result)
+        _configure(ipr, ifname, result, wait_dad)
 
 
-def _configure(ipr: Any, link: str | Link, result: Result) -> None:
+def _configure(ipr: Any, link: str | Link, result: Result, wait_dad: bool = True) -> None:
     """`configure_iface`'s work, inside the namespace."""
     ifname = link if isinstance(link, str) else link.name
     index = netlink.link_index(ipr, link)  # a look-up: changes nothing
@@ -94,7 +98,7 @@ def _configure(ipr: Any, link: str | Link, result: Result) -> None:
             elif ipc.gateway.version == 6 and gw6 is None:
                 gw6 = ipc.gateway
     netlink.link_up(ipr, index)
-    if gw6 is not None:
+    if gw6 is not None and wait_dad:
         settle_addresses(ipr, index, DAD_SETTLE_TIMEOUT)
     for route in result.routes:
         dst = route.dst.network

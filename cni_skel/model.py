@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-__all__ = ["CNIModel"]
+__all__ = ["CNIModel", "validate_nested"]
 
 
 class CNIModel(BaseModel):
@@ -57,3 +57,20 @@ class CNIModel(BaseModel):
         if not renamed:
             return data
         return {renamed.get(k, k): v for k, v in data.items()}
+
+
+def validate_nested(model: type[BaseModel], value: Any) -> None:
+    """Validate ``value`` (a dict, None as ``{}``) against ``model`` for a
+    field validator of an enclosing model, so that an error names the
+    nested key: raises ValueError ``"<key.path>: <problem>"`` from the
+    first error (the enclosing model's error then reads
+    ``runtimeConfig: mac: ...``, which `cni_skel.skel` answers with code 7
+    as any config error). Used where a section is kept as a raw dict (Go
+    reads it late, by key) but must be refused early when malformed.
+    """
+    try:
+        model.model_validate(value or {})
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise ValueError(f"{where}: {err['msg'].removeprefix('Value error, ')}") from None

@@ -78,19 +78,18 @@ from pyroute2.netlink.rtnl import (
 from pyroute2.netlink.rtnl.fibmsg import fibmsg
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg, macvx_data
+from pyroute2.netlink.rtnl.ifinfmsg.tuntap import manage_tuntap
 from pyroute2.netlink.rtnl.nsidmsg import nsidmsg
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
 from cni_skel import compat, linkbatch
 from cni_skel.env import ifname_problem
 from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, CNIError
-from cni_skel.netns import CLONE_FS, CLONE_NEWNET, setns, unshare
+from cni_skel.netns import CLONE_FS, CLONE_NEWNET, NetNS, setns, unshare
 from cni_skel.rtnl import RTMGRP_LINK, SIOCGSKNS, PartialIfinfmsg, Rtnl, build, link_marshal
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from pyroute2 import IPRoute
-
-    from cni_skel.netns import NetNS
 
     Socket = IPRoute | Rtnl
 
@@ -118,6 +117,7 @@ __all__ = [
     "create_dummy",
     "create_ipvlan",
     "create_macvlan",
+    "create_tap",
     "create_veth_pair",
     "create_vlan",
     "create_vrf",
@@ -1281,6 +1281,125 @@ def create_dummy(ipr: Socket, name: str, *, netns: NetNS | None = None,
     """
     return _create_link("create dummy", ipr, name, "dummy", netns=netns, netns_ipr=netns_ipr,
                         mtu=mtu, mac=mac, parent=None, data={})
+
+
+def create_tap(ipr: Socket, name: str, *, netns: NetNS | None = None,
+               netns_ipr: Socket | None = None, mtu: int | None = None,
+               mac: str | None = None, owner: int | None = None, group: int | None = None,
+               multi_queue: bool = False, vnet_hdr: bool = False,
+               pi: bool = False) -> Link:
+    """Create persistent tap device ``name`` (kind ``tun``, IFF_TAP), left
+    down, in ``netns`` or, without it, in ``ipr``'s namespace.
+
+    A tap is made by an ioctl on /dev/net/tun, not by netlink: pyroute2's
+    tuntap support (its ``kind="tuntap"`` request, handled by
+    ``manage_tuntap``) runs from a thread moved into the target namespace
+    for that moment. The device is made under a free temporary name
+    (``veth`` + 8 hex digits, Go's ``ip.RandomVethName``), then renamed
+    ``name`` with its ``mtu`` and ``mac`` in one RTM_NEWLINK: TUNSETIFF on a
+    name a tap already has would attach to that tap instead of failing, so
+    ``name`` is never handed to it. pyroute2 always sets TUNSETPERSIST: the
+    device outlives the creating fd, until deleted (`delete_link`).
+
+    Arguments:
+        netns: create it there (``ipr`` is then only where ``netns_ipr`` is
+            not given: a socket bound to ``netns``, opened when missing).
+        mtu: bytes (68 .. 65521 for a tap; the kernel refuses others).
+        mac: its address (kernel random otherwise).
+        owner, group: uid / gid allowed to attach to it without
+            CAP_NET_ADMIN (TUNSETOWNER / TUNSETGROUP; 0 .. 2**32-2); None:
+            none set (any user with CAP_NET_ADMIN).
+        multi_queue: IFF_MULTI_QUEUE (several queues, one fd each).
+        vnet_hdr: IFF_VNET_HDR (frames carry a virtio-net header).
+        pi: keep the packet-information header (no IFF_NO_PI).
+        The last three are the flags the device keeps; an opener's own
+        TUNSETIFF flags replace IFF_NO_PI and IFF_VNET_HDR (but must agree on
+        IFF_MULTI_QUEUE).
+
+    Returns:
+        the new `Link` as read in its namespace (kind ``"tun"``).
+
+    Raises:
+        LinkExists: (999) ``name`` is taken there; nothing is left.
+        CNIError: 7 for a bad name, MAC, MTU, owner or group; 999 for
+            kernel errors (EPERM without CAP_NET_ADMIN, ENOENT without
+            /dev/net/tun), the device deleted again.
+
+    Source: Go ``netlink.Tuntap`` (``Mode: TUNTAP_MODE_TAP``, ``Owner``,
+    ``Group``, ``Flags``) and ``ip tuntap add mode tap`` as Go's
+    plugins/main/tap (>= 1.3.0 upstream; not in Debian's 1.1.1) uses them.
+    """
+    _check_ifname(name)
+    if mtu is not None:
+        mtu = int(mtu)
+        if mtu <= 0:
+            raise CNIError(ERR_INVALID_NETWORK_CONFIG, f"invalid MTU {mtu}")
+    if mac is not None:
+        mac = _check_mac(mac)
+    ids: dict[str, int] = {}
+    for key, value in (("uid", owner), ("gid", group)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32 - 1:
+            what = "owner" if key == "uid" else "group"
+            raise CNIError(ERR_INVALID_NETWORK_CONFIG,
+                           f"invalid tap {what} {value!r}: 0..4294967294")
+        ids[key] = value
+    flags = {"no_pi": int(not pi), "vnet_hdr": int(bool(vnet_hdr)),
+             "multi_queue": int(bool(multi_queue))}
+    with contextlib.ExitStack() as stack:
+        if netns is not None:
+            where = netns
+            sock = netns_ipr if netns_ipr is not None else stack.enter_context(netns.rtnl())
+        else:
+            where = stack.enter_context(_socket_netns(ipr))
+            sock = ipr
+        temp = _free_temp_name(sock, name)
+        msg, msg_type, _ = build("link", "add", ifname=temp, kind="tuntap", mode="tap",
+                                 ifr=flags, **ids)
+        msg["header"]["type"] = msg_type
+        msg.encode()
+        request = ifinfmsg(msg.data)  # what pyroute2's tuntap handler reads: a parsed one
+        request.decode()
+        try:
+            with where.enter():
+                manage_tuntap(request)
+        except (OSError, NetlinkError) as e:
+            raise CNIError(ERR_INTERNAL, f"create tap {name}: {_errmsg(e)}") from e
+        link = find_link(sock, temp)
+        if link is None:
+            raise CNIError(ERR_INTERNAL, f'tap "{temp}" vanished right after creation')
+        try:
+            link_set(sock, link, ifname=name, mtu=mtu, address=mac)
+        except CNIError as e:
+            delete_link(sock, link)
+            if isinstance(e, LinkExists) or e.__cause__ is None:
+                raise
+            raise CNIError(e.code, f"create tap {name}: {_errmsg(e.__cause__)}") from e.__cause__
+        renamed = find_link(sock, link.index)
+        if renamed is None:
+            raise CNIError(ERR_INTERNAL, f'tap "{name}" vanished right after creation')
+        return renamed
+
+
+def _free_temp_name(ipr: Socket, name: str) -> str:
+    """A ``veth<8 hex>`` name no link of ``ipr``'s namespace has."""
+    for _ in range(_TEMP_TRIES):
+        temp = "veth" + os.urandom(4).hex()  # Go's ip.RandomVethName
+        if find_link(ipr, temp) is None:
+            return temp
+    raise CNIError(ERR_INTERNAL, f'create tap "{name}": no free temporary name')
+
+
+@contextlib.contextmanager
+def _socket_netns(ipr: Socket) -> Any:
+    """The namespace ``ipr`` is bound to, as a `NetNS` (SIOCGSKNS)."""
+    try:
+        fd = fcntl.ioctl(ipr.fileno(), SIOCGSKNS)
+    except OSError as e:
+        raise CNIError(ERR_INTERNAL, f"netns of the netlink socket: {_errmsg(e)}") from e
+    with NetNS("<netlink socket's netns>", fd) as ns:
+        yield ns
 
 
 def create_vrf(ipr: Socket, name: str, table: int, *, netns: NetNS | None = None,

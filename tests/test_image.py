@@ -34,7 +34,7 @@ from cni_skel.harness import create_netns, remove_netns
 CLI = os.path.join(os.path.dirname(sys.executable), "cni-skel")
 PLUGINS = ("bandwidth", "bridge", "dhcp", "dummy", "firewall", "flannel", "host-device",
            "host-local", "ipvlan", "loopback", "macvlan", "portmap", "ptp", "sbr", "static",
-           "tuning", "vlan", "vrf")
+           "tap", "tuning", "vlan", "vrf")
 NET = "img-e2e"
 SUBNET = "10.81.0.0/24"
 SYSCTL = "net.ipv4.conf.eth0.send_redirects"

@@ -35,11 +35,16 @@ __all__ = ["Dhcp", "lease_result"]
 
 SERVICE = "dhcp"
 _SLACK = 10.0  # seconds a call waits beyond the lease timeout (the keeper's own)
+_RT_SCOPE_LINK = 253  # a route on the link, no next hop
 
 
 def _classless_routes(data: list[int]) -> list[Route]:
     """Option 121 (RFC 3442): width, the significant octets, the gateway;
-    none at all for a malformed option (Go's parseCIDRRoutes)."""
+    none at all for a malformed option (Go's parseCIDRRoutes). A route
+    whose gateway is 0.0.0.0 (on-link, RFC 3442 section 4) gets scope link
+    (253) and keeps ``gw`` 0.0.0.0, as Go >= 1.8.0 answers: the kernel
+    then holds it as a route on the link (a gateway behind it resolves
+    through it), not as a universe route without a next hop."""
     routes, i = [], 0
     while len(data) - i >= 5:
         width = data[i]
@@ -50,8 +55,9 @@ def _classless_routes(data: list[int]) -> list[Route]:
             return []
         dst = bytes(data[i + 1:i + 1 + octets]).ljust(4, b"\0")
         gw = bytes(data[i + 1 + octets:i + 5 + octets])
-        routes.append(Route(dst=ipaddress.IPv4Interface((dst, width)),
-                            gw=ipaddress.IPv4Address(gw)))
+        router = ipaddress.IPv4Address(gw)
+        routes.append(Route(dst=ipaddress.IPv4Interface((dst, width)), gw=router,
+                            scope=_RT_SCOPE_LINK if router.is_unspecified else None))
         i += 5 + octets
     return routes
 

@@ -26,7 +26,8 @@ command reads the whole chain, so a prevResult of a thousand addresses
 took tens of seconds that way.
 
 Source: containernetworking/plugins 1.1.1 plugins/meta/firewall
-(iptables.go, ingresspolicy.go); ``isolated`` is Go >= 1.4's.
+(iptables.go, ingresspolicy.go); ``isolated`` is Go >= 1.7.0's
+(containernetworking/plugins#1140).
 """
 
 from __future__ import annotations

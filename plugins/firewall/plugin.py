@@ -20,7 +20,7 @@ node's filter, wherever that filter lives:
 
 ``ingressPolicy``: ``open`` (default) or ``same-bridge``: Go's isolation
 chains drop traffic into the pod's bridge (prevResult's first interface)
-from other such bridges; ``isolated`` (Go >= 1.4) also between the
+from other such bridges; ``isolated`` (Go >= 1.7.0) also between the
 bridge's own ports. Written with iptables whatever the backend, as Go.
 
 DEL undoes what its ADD recorded (`.records`; flat in pods); a pod with no

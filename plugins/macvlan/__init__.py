@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from cni_skel import netlink
 from cni_skel.args import K8sArgs, MacAddress
 from cni_skel.env import CmdArgs
-from cni_skel.model import CNIModel
+from cni_skel.model import CNIModel, validate_nested
 
 from ..bridge.config import BridgeArgs, BridgeConfArgs, BridgeRuntimeConfig
 from ..podlink import MasterLinkConf, MasterLinkPlugin, link_mode
@@ -67,13 +67,7 @@ class MacvlanConf(MasterLinkConf):
     @classmethod
     def _mac_keys(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         # Checked here so that an error names runtimeConfig.mac / args.cni.mac.
-        model = _MacOnly if info.field_name == "runtime_config" else _ConfArgs
-        try:
-            model.model_validate(value or {})
-        except ValidationError as e:
-            err = e.errors(include_url=False)[0]
-            where = ".".join(str(p) for p in err["loc"])
-            raise ValueError(f"{where}: {err['msg'].removeprefix('Value error, ')}") from None
+        validate_nested(_MacOnly if info.field_name == "runtime_config" else _ConfArgs, value)
         return value
 
     def mac_for(self, args: CmdArgs) -> str | None:
