@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from test_bridge_go import masked  # MACs and the sandbox masked
-from yardsticks import GO_DEBIAN_DIR
+from yardsticks import DEBIAN, GO_DEBIAN_DIR, Yardstick, as_go
 
 from cni_skel import netlink
 from cni_skel.errors import CNIError
@@ -74,8 +74,9 @@ def call_raw(exe: str, verb: str, conf: dict, node: TestNetNS | None,
                           node=node, **kw)
 
 
-def go_exe(name: str) -> str:
-    return os.path.join(GO_CNI_DIR, name)
+def go_exe(name: str, y: Yardstick = DEBIAN) -> str:
+    """Go's ``name`` of yardstick ``y`` (Debian's 1.1.1 unless given)."""
+    return y.exe(name)
 
 
 def link_of(ns: TestNetNS, name: str) -> netlink.Link | None:
@@ -129,8 +130,9 @@ def host_local(data_dir: Any, *subnets: str, **extra: Any) -> dict:
 
 @dataclass
 class SideBySide:
-    """One ADD of the same config by our plugin and by Go's, each in a node
-    of its own: the executables, results and ``(node, pod)`` pairs."""
+    """One ADD of the same config by our plugin and by Go's (of yardstick
+    ``y``), each in a node of its own: the executables, results and
+    ``(node, pod)`` pairs."""
 
     ours: str
     go: str
@@ -138,11 +140,15 @@ class SideBySide:
     theirs: dict
     o: tuple[TestNetNS, TestNetNS]
     g: tuple[TestNetNS, TestNetNS]
+    y: Yardstick = DEBIAN
 
     def same(self) -> None:
-        """The results are equal with MACs and sandboxes masked, and so is
-        the kernel state of the pods' links (`pod_state`)."""
-        assert masked(self.mine, self.o[1].path) == masked(self.theirs, self.g[1].path)
+        """The results are equal with MACs and sandboxes masked, ours read
+        as ``y``'s Go prints it (`yardsticks.as_go`: the known differences
+        of later Go), and so is the kernel state of the pods' links
+        (`pod_state`)."""
+        mine = as_go(self.y, os.path.basename(self.ours), self.mine)
+        assert masked(mine, self.o[1].path) == masked(self.theirs, self.g[1].path)
         assert pod_state(self.o[1]) == pod_state(self.g[1])
 
     def finish(self, conf_of: Any, version: str, net: str, data_dir: Any,
@@ -151,7 +157,7 @@ class SideBySide:
         ``ours_extra(node, pod, prev_config)`` for ours, then DEL twice;
         the pod link and the IPAM allocations (``data_dir / who``) are gone."""
         for exe, (node, pod), who, path, res in ((self.ours, self.o, "ours", None, self.mine),
-                                                 (self.go, self.g, "go", GO_CNI_DIR,
+                                                 (self.go, self.g, "go", self.y.dir,
                                                   self.theirs)):
             prev = dict(conf_of(who), prevResult=res)
             if version != "0.3.1":
@@ -163,17 +169,19 @@ class SideBySide:
             assert link_of(pod, "eth0") is None and allocated(data_dir / who, net) == []
 
 
-def side_by_side(ours: str, go: str, conf_of: Any, netns_factory: Any, setup: Any,
+def side_by_side(ours: str, y: Yardstick, conf_of: Any, netns_factory: Any, setup: Any,
                  **kw: Any) -> SideBySide:
-    """ADD the same config with our plugin and Go's, each in a node of its
-    own (``setup(netns_factory)`` returns ``(node, pod)``); ``conf_of(who)``
-    gives the config for ``"ours"`` / ``"go"`` (their own IPAM data dirs).
-    Go's delegates run from /usr/lib/cni."""
+    """ADD the same config with our plugin and the same-named one of Go
+    yardstick ``y``, each in a node of its own (``setup(netns_factory)``
+    returns ``(node, pod)``); ``conf_of(who)`` gives the config for
+    ``"ours"`` / ``"go"`` (their own IPAM data dirs). Go's delegates run
+    from ``y``'s directory."""
+    go = y.exe(os.path.basename(ours))
     o_node, o_pod = setup(netns_factory)
     g_node, g_pod = setup(netns_factory)
     mine = call(ours, "ADD", conf_of("ours"), o_node, o_pod, **kw)
-    theirs = call(go, "ADD", conf_of("go"), g_node, g_pod, cni_path=GO_CNI_DIR, **kw)
-    return SideBySide(ours, go, mine, theirs, (o_node, o_pod), (g_node, g_pod))
+    theirs = call(go, "ADD", conf_of("go"), g_node, g_pod, cni_path=y.dir, **kw)
+    return SideBySide(ours, go, mine, theirs, (o_node, o_pod), (g_node, g_pod), y)
 
 
 def check_fails(exe: str, config: dict, node: TestNetNS, pod: TestNetNS, *words: str,

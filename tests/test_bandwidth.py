@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import pytest
 from cni_skel_plugins.bandwidth import Bandwidth, ifb_name
-from podlink_common import call, call_raw, check_fails, go_exe, host_local, links_of
+from podlink_common import call, call_raw, check_fails, host_local, links_of
 from test_bridge_go import masked
+from yardsticks import as_go
 
 from cni_skel import netlink, tc
 from cni_skel.harness import TestNetNS, remove_netns
@@ -44,10 +45,6 @@ def bandwidth(cni_bin: str) -> str:
 @pytest.fixture(scope="session")
 def ptp(cni_bin: str) -> str:
     return os.path.join(cni_bin, "ptp")
-
-
-def go_bw() -> str:
-    return go_exe("bandwidth")
 
 
 @dataclass
@@ -139,8 +136,8 @@ def filter_actions(node: TestNetNS) -> tuple[str, ...]:
 @pytest.mark.parametrize(("version", "limits"), [("1.0.0", BOTH), ("0.4.0", INGRESS),
                                                  ("0.3.1", EGRESS)],
                          ids=["both-1.0.0", "ingress-0.4.0", "egress-0.3.1"])
-def test_same_result_and_kernel_state_as_go(bandwidth, ptp, netns_factory, tmp_path, version,
-                                            limits):
+def test_same_result_and_kernel_state_as_go(bandwidth, go_yardstick, ptp, netns_factory, tmp_path,
+                                            version, limits):
     """On identical pods, ours and Go's answer the same result (prevResult,
     plus the ifb when egress is shaped) and leave the same qdiscs, TBF
     values, filter and ifb. Where they differ, on purpose: our ifb carries
@@ -151,12 +148,13 @@ def test_same_result_and_kernel_state_as_go(bandwidth, ptp, netns_factory, tmp_p
     leaves them to the veth's deletion), so that a second ADD on the same
     veth works."""
     runs = {}
-    for who, exe in (("ours", bandwidth), ("go", go_bw())):
+    for who, exe in (("ours", bandwidth), ("go", go_yardstick.exe("bandwidth"))):
         p = make_pod(ptp, netns_factory, tmp_path / who, version)
         out = call(exe, "ADD", bw_conf(version, p.prev, **limits), p.node, p.pod)
         runs[who] = (p, out, shaping(p.node))
     (p, out, state), (gp, gout, gstate) = runs["ours"], runs["go"]
-    assert masked(out, p.pod.path) == masked(gout, gp.pod.path)
+    assert masked(as_go(go_yardstick, "bandwidth", out), p.pod.path) == \
+        masked(gout, gp.pod.path)
     ifbs = [{"name": ifb_name(NET, "c1"), "mac": "<mac>"}] if "egressRate" in limits else []
     assert masked(out, p.pod.path) == masked(dict(p.prev, interfaces=p.prev["interfaces"] + ifbs),
                                              p.pod.path)
@@ -171,9 +169,9 @@ def test_same_result_and_kernel_state_as_go(bandwidth, ptp, netns_factory, tmp_p
     conf = bw_conf(version, None, **limits)
     for x, result in ((p, out), (gp, gout)):
         if version != "0.3.1":
-            for exe in (bandwidth, go_bw()):
+            for exe in (bandwidth, go_yardstick.exe("bandwidth")):
                 call(exe, "CHECK", dict(conf, prevResult=result), x.node, x.pod)
-    for x, exe in ((p, bandwidth), (gp, go_bw())):
+    for x, exe in ((p, bandwidth), (gp, go_yardstick.exe("bandwidth"))):
         for _ in range(2):
             assert call(exe, "DEL", conf, x.node, x.pod) is None
         after = shaping(x.node)
@@ -185,33 +183,36 @@ def test_same_result_and_kernel_state_as_go(bandwidth, ptp, netns_factory, tmp_p
     assert shaping(p.node) == state
 
 
-def test_no_limits_passes_prev_result_through(bandwidth, ptp, netns_factory, tmp_path):
+def test_no_limits_passes_prev_result_through(bandwidth, go_yardstick, ptp, netns_factory,
+                                              tmp_path):
     """No limit anywhere, or every limit 0: prevResult unchanged and nothing
     shaped, as Go."""
     p = make_pod(ptp, netns_factory, tmp_path)
     before = shaping(p.node)
     for extra in ({}, dict.fromkeys(BOTH, 0)):
-        for exe in (bandwidth, go_bw()):
+        for exe in (bandwidth, go_yardstick.exe("bandwidth")):
             out = call(exe, "ADD", bw_conf("1.0.0", p.prev, **extra), p.node, p.pod)
-            assert masked(out, p.pod.path) == masked(p.prev, p.pod.path)
+            prev = p.prev if exe == bandwidth else as_go(go_yardstick, "bandwidth", p.prev)
+            assert masked(out, p.pod.path) == masked(prev, p.pod.path)
     assert shaping(p.node) == before == expected({})
 
 
-def test_runtime_config_and_which_wins(bandwidth, ptp, netns_factory, tmp_path):
+def test_runtime_config_and_which_wins(bandwidth, go_yardstick, ptp, netns_factory, tmp_path):
     """``runtimeConfig.bandwidth`` (kubelet's capability; the key matched
     case-insensitively, ``bandWidth`` as in Go's test) shapes when the config
     has none of the four keys; one top-level key (even 0) makes the
     top-level ones win, as Go's embedded entry: a lone top-level burst is
     refused, a lone 0 shapes nothing. Same answers and state from Go's."""
     runtime = {"runtimeConfig": {"bandWidth": BOTH}}
-    for who, exe in (("ours", bandwidth), ("go", go_bw())):
+    for who, exe in (("ours", bandwidth), ("go", go_yardstick.exe("bandwidth"))):
         p = make_pod(ptp, netns_factory, tmp_path / who)
         run = call_raw(exe, "ADD", bw_conf("1.0.0", p.prev, ingressBurst=123, **runtime),
                        p.node, p.pod)
         assert run.exit_code == 1 and run.doc["code"] == (7 if who == "ours" else 999)
         assert run.doc["msg"] == "if burst is set, rate must also be set"
         out = call(exe, "ADD", bw_conf("1.0.0", p.prev, egressRate=0, **runtime), p.node, p.pod)
-        assert masked(out, p.pod.path) == masked(p.prev, p.pod.path)
+        prev = p.prev if who == "ours" else as_go(go_yardstick, "bandwidth", p.prev)
+        assert masked(out, p.pod.path) == masked(prev, p.pod.path)
         assert shaping(p.node) == expected({})
         out = call(exe, "ADD", bw_conf("1.0.0", p.prev, **runtime), p.node, p.pod)
         assert [i["name"] for i in out["interfaces"]][-1] == ifb_name(NET, "c1")
@@ -221,7 +222,7 @@ def test_runtime_config_and_which_wins(bandwidth, ptp, netns_factory, tmp_path):
 # --- CHECK ---------------------------------------------------------------------
 
 
-def test_check_names_what_differs(bandwidth, ptp, netns_factory, tmp_path):
+def test_check_names_what_differs(bandwidth, go_yardstick, ptp, netns_factory, tmp_path):
     """A rate or a burst changed behind the plugin's back: ours and Go's
     CHECK fail (999) with Go's words, ours naming the link and both values.
     The veth's TBF or its ingress qdisc (and so the redirect) gone: ours
@@ -238,25 +239,25 @@ def test_check_names_what_differs(bandwidth, ptp, netns_factory, tmp_path):
         tc.add_tbf(ipr, veth, 8_000_000, BOTH["ingressBurst"], replace=True)
     check_fails(bandwidth, conf, p.node, p.pod, "Rate doesn't match", f'"{veth.name}"',
                 "rate 1000000 bytes/s, want 1500000")
-    check_fails(go_bw(), conf, p.node, p.pod, "Rate doesn't match")
+    check_fails(go_yardstick.exe("bandwidth"), conf, p.node, p.pod, "Rate doesn't match")
 
     with NetNS.open(p.node.path) as n, n.rtnl() as ipr:
         tc.add_tbf(ipr, veth, BOTH["ingressRate"], BOTH["ingressBurst"], replace=True)
         tc.add_tbf(ipr, ifb, BOTH["egressRate"], 200_000, replace=True)
     check_fails(bandwidth, conf, p.node, p.pod, "Limit doesn't match", f'egress TBF on "{ifb}"')
-    check_fails(go_bw(), conf, p.node, p.pod, "Limit doesn't match")
+    check_fails(go_yardstick.exe("bandwidth"), conf, p.node, p.pod, "Limit doesn't match")
 
     with NetNS.open(p.node.path) as n, n.rtnl() as ipr:
         tc.add_tbf(ipr, ifb, BOTH["egressRate"], BOTH["egressBurst"], replace=True)
         tc.del_qdisc(ipr, veth, tc.HANDLE_INGRESS)
     check_fails(bandwidth, conf, p.node, p.pod, f'no ingress qdisc on "{veth.name}"')
-    call(go_bw(), "CHECK", conf, p.node, p.pod)
+    call(go_yardstick.exe("bandwidth"), "CHECK", conf, p.node, p.pod)
 
     with NetNS.open(p.node.path) as n, n.rtnl() as ipr:
         tc.del_qdisc(ipr, veth)
     check_fails(bandwidth, conf, p.node, p.pod, f'no TBF qdisc on "{veth.name}" for ingress',
                 "noqueue")
-    call(go_bw(), "CHECK", conf, p.node, p.pod)
+    call(go_yardstick.exe("bandwidth"), "CHECK", conf, p.node, p.pod)
     check_fails(bandwidth, bw_conf("1.0.0", None, **BOTH), p.node, p.pod, "chained plugin",
                 code=7)
 
@@ -264,10 +265,10 @@ def test_check_names_what_differs(bandwidth, ptp, netns_factory, tmp_path):
 # --- DEL, GC, STATUS -------------------------------------------------------------
 
 
-def test_del_with_the_pod_gone(bandwidth, ptp, netns_factory, tmp_path):
+def test_del_with_the_pod_gone(bandwidth, go_yardstick, ptp, netns_factory, tmp_path):
     """DEL needs no namespace: with the pod's gone (its path, then none at
     all) ours and Go's delete the ifb and succeed, twice."""
-    for who, exe in (("ours", bandwidth), ("go", go_bw())):
+    for who, exe in (("ours", bandwidth), ("go", go_yardstick.exe("bandwidth"))):
         p = make_pod(ptp, netns_factory, tmp_path / who)
         call(exe, "ADD", bw_conf("1.0.0", p.prev, **EGRESS), p.node, p.pod)
         remove_netns(p.pod)
@@ -339,7 +340,7 @@ def test_gc_deletes_this_networks_stale_ifbs(bandwidth, ptp, netns_factory, tmp_
 # --- failures ----------------------------------------------------------------------
 
 
-def test_failed_add_leaves_nothing(bandwidth, ptp, netns_factory, tmp_path):
+def test_failed_add_leaves_nothing(bandwidth, go_yardstick, ptp, netns_factory, tmp_path):
     """A link already has the ifb's name: ADD fails (999) after the veth's
     TBF was made, which goes again; the link is left alone, by the DEL too
     (it is no ifb). Go leaves the TBF behind, and its DEL deletes the link.
@@ -347,7 +348,7 @@ def test_failed_add_leaves_nothing(bandwidth, ptp, netns_factory, tmp_path):
     the TBF and the ifb, both undone, the other qdisc kept."""
     name = ifb_name(NET, "c1")
     states = {}
-    for who, exe in (("ours", bandwidth), ("go", go_bw())):
+    for who, exe in (("ours", bandwidth), ("go", go_yardstick.exe("bandwidth"))):
         p = make_pod(ptp, netns_factory, tmp_path / who)
         with NetNS.open(p.node.path) as n, n.rtnl() as ipr:
             netlink.create_veth_pair(ipr, name, "cnsk-peer")
@@ -374,7 +375,8 @@ def test_failed_add_leaves_nothing(bandwidth, ptp, netns_factory, tmp_path):
                                                       None)]}
 
 
-def test_bad_input_is_refused_before_any_change(bandwidth, ptp, netns_factory, tmp_path):
+def test_bad_input_is_refused_before_any_change(bandwidth, go_yardstick, ptp, netns_factory,
+                                                tmp_path):
     """Refused with Go's words and the spec's code (Go: 999 for all of them,
     or a parse error), nothing changed on the node."""
     p = make_pod(ptp, netns_factory, tmp_path)
@@ -401,8 +403,8 @@ def test_bad_input_is_refused_before_any_change(bandwidth, ptp, netns_factory, t
         assert run.exit_code == 1 and run.doc["code"] == code, (limits, run.doc)
         assert text in run.doc["msg"] + run.doc.get("details", ""), (limits, run.doc)
         if code == 999 or text.startswith(("if ", "burst")):  # Go says the same (as 999)
-            go = call_raw(go_bw(), "ADD", bw_conf("1.0.0", prev, **limits), p.node, p.pod,
-                          ifname=ifname)
+            go = call_raw(go_yardstick.exe("bandwidth"), "ADD", bw_conf("1.0.0", prev, **limits),
+                          p.node, p.pod, ifname=ifname)
             assert go.doc["code"] == 999 and go.doc["msg"].startswith(text), go.doc
         assert shaping(p.node) == before
 

@@ -1,6 +1,7 @@
-"""bridge against Debian's Go bridge 1.1.1 (/usr/lib/cni): the same result,
-key for key, for every version Go speaks; each delegating to the other's
-host-local; pods of both on one bridge talking to each other."""
+"""bridge against each Go yardstick's bridge (Debian's 1.1.1, upstream 1.9.1
+when built: tests/yardsticks.py): the same result, key for key, for every
+version Go speaks; each delegating to the other's host-local; pods of both
+on one bridge talking to each other."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 
 import pytest
 from conftest import load_vector
+from yardsticks import as_go
 
 from cni_skel.harness import run_plugin, tcp_echo
 
@@ -59,14 +61,15 @@ def keys(doc):
 
 
 @pytest.mark.parametrize("version", GO_VERSIONS)
-def test_result_equals_go_bridge(bridge, go_cni_dir, netns_factory, tmp_path, version):
+def test_result_equals_go_bridge(bridge, go_yardstick, netns_factory, tmp_path, version):
+    go_cni_dir = go_yardstick.dir
     go_node, our_node = netns_factory("cnsk-gonode"), netns_factory("cnsk-node")
     go_pod, our_pod = netns_factory("cnsk-gopod"), netns_factory("cnsk-pod")
     go = run_plugin(os.path.join(go_cni_dir, "bridge"), "ADD", conf(tmp_path / "go", version),
                     container_id="c1", netns=go_pod.path, node=go_node, cni_path=go_cni_dir)
     ours = run_plugin(bridge, "ADD", conf(tmp_path / "ours", version), container_id="c1",
                       netns=our_pod.path, node=our_node)
-    assert masked(ours, our_pod.path) == masked(go, go_pod.path)
+    assert masked(as_go(go_yardstick, "bridge", ours), our_pod.path) == masked(go, go_pod.path)
     # and the same shape as the recorded Go vector
     assert keys(ours) == keys(load_vector(f"bridge-add-{version}")["stdout"])
     for exe, node, pod, d, path in ((bridge, our_node, our_pod, "ours", None),
@@ -77,7 +80,8 @@ def test_result_equals_go_bridge(bridge, go_cni_dir, netns_factory, tmp_path, ve
                               netns=pod.path, node=node, cni_path=path) is None
 
 
-def test_our_bridge_with_go_host_local(bridge, go_cni_dir, node_netns, pod_netns, tmp_path):
+def test_our_bridge_with_go_host_local(bridge, go_yardstick, node_netns, pod_netns, tmp_path):
+    go_cni_dir = go_yardstick.dir
     c = conf(tmp_path, "1.0.0")
     r = run_plugin(bridge, "ADD", c, container_id="c1", netns=pod_netns.path, node=node_netns,
                    cni_path=go_cni_dir)
@@ -90,7 +94,8 @@ def test_our_bridge_with_go_host_local(bridge, go_cni_dir, node_netns, pod_netns
     assert not (tmp_path / "vecnet" / "10.66.0.2").exists()
 
 
-def test_go_bridge_with_our_host_local(go_cni_dir, cni_bin, node_netns, pod_netns, tmp_path):
+def test_go_bridge_with_our_host_local(go_yardstick, cni_bin, node_netns, pod_netns, tmp_path):
+    go_cni_dir = go_yardstick.dir
     go_bridge = os.path.join(go_cni_dir, "bridge")
     c = conf(tmp_path, "1.0.0")
     r = run_plugin(go_bridge, "ADD", c, container_id="c1", netns=pod_netns.path,
@@ -103,9 +108,10 @@ def test_go_bridge_with_our_host_local(go_cni_dir, cni_bin, node_netns, pod_netn
     assert not (tmp_path / "vecnet" / "10.66.0.2").exists()
 
 
-def test_pods_of_both_on_one_bridge(bridge, go_cni_dir, node_netns, netns_factory, tmp_path):
+def test_pods_of_both_on_one_bridge(bridge, go_yardstick, node_netns, netns_factory, tmp_path):
     """One pod by Go's bridge, one by ours, one shared host-local store and
     bridge: both are set up, talk, and DEL cleanly, whichever goes first."""
+    go_cni_dir = go_yardstick.dir
     go_pod, our_pod = netns_factory("cnsk-gopod"), netns_factory("cnsk-pod")
     c = conf(tmp_path, "1.0.0")
     go_bridge = os.path.join(go_cni_dir, "bridge")

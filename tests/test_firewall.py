@@ -20,7 +20,8 @@ import pytest
 from cni_skel_plugins.firewall import owner
 from cni_skel_plugins.firewall.firewalld import Firewalld
 from firewalld_node import firewalld_in, missing_tools
-from podlink_common import call, call_raw, check_fails, go_exe, host_local, make_lan
+from podlink_common import call, call_raw, check_fails, host_local, make_lan
+from yardsticks import as_go
 
 from cni_skel import CNIError, netlink
 from cni_skel.harness import TestNetNS, tcp_echo
@@ -126,20 +127,21 @@ def pod_ip(prev: dict) -> str:
     return prev["ips"][0]["address"].split("/")[0]
 
 
-def test_forward_drop_policy_lets_the_pod_through_as_go(firewall, bridge, netns_factory,
-                                                         tmp_path):
+def test_forward_drop_policy_lets_the_pod_through_as_go(firewall, go_yardstick, bridge,
+                                                        netns_factory, tmp_path):
     """iptables FORWARD policy DROP (as Docker sets it): the pod reaches
     the LAN only once firewall ran, for ours and for Go's on an identical
     node; both write the same chains and jumps, ours puts the pod in an
     ipset owned by its attachment where Go writes two rules per pod."""
     seen = {}
-    for who, exe in (("ours", firewall), ("go", go_exe("firewall"))):
+    for who, exe in (("ours", firewall), ("go", go_yardstick.exe("firewall"))):
         n = Node(netns_factory, bridge, tmp_path / who)
         sh(n.node, "iptables", "-P", "FORWARD", "DROP")
         pod, prev = n.pod(netns_factory)
         assert not n.reaches_lan(pod)
         conf = fw_conf(prev, backend="iptables", dataDir=str(tmp_path / f"fw-{who}"))
-        assert call(exe, "ADD", conf, n.node, pod) == prev
+        assert call(exe, "ADD", conf, n.node, pod) == \
+            (prev if who == "ours" else as_go(go_yardstick, "firewall", prev))
         assert n.reaches_lan(pod)
         seen[who] = (jumps(n.node), n, pod, conf, prev)
     ours, go = seen["ours"][0], seen["go"][0]
@@ -152,7 +154,7 @@ def test_forward_drop_policy_lets_the_pod_through_as_go(firewall, bridge, netns_
     ip = pod_ip(seen["ours"][4])
     assert ipset_entries(o_node) == {ip: owner(NET, "c1", "eth0")}
     # CHECK passes for both, DEL twice for both: the pod is cut off again
-    for who, exe in (("ours", firewall), ("go", go_exe("firewall"))):
+    for who, exe in (("ours", firewall), ("go", go_yardstick.exe("firewall"))):
         _, n, pod, conf, _ = seen[who]
         call(exe, "CHECK", conf, n.node, pod)
         for _ in range(2):
@@ -199,14 +201,15 @@ def test_a_flushed_filter_is_written_again_by_the_next_add(firewall, bridge, net
     call(firewall, "CHECK", fw_conf(r1, dataDir=fw_dir), n.node, p1)
 
 
-def test_our_del_removes_go_rules_of_a_go_made_pod(firewall, bridge, netns_factory, tmp_path):
+def test_our_del_removes_go_rules_of_a_go_made_pod(firewall, go_yardstick, bridge, netns_factory,
+                                                   tmp_path):
     """A node moving from Go's firewall to ours: Go's ADD, our DEL (no
     record of ours): Go's two rules for the pod are gone."""
     n = Node(netns_factory, bridge, tmp_path)
     sh(n.node, "iptables", "-P", "FORWARD", "DROP")
     pod, prev = n.pod(netns_factory)
     conf = fw_conf(prev, backend="iptables", dataDir=str(tmp_path / "fw"))
-    call(go_exe("firewall"), "ADD", conf, n.node, pod)
+    call(go_yardstick.exe("firewall"), "ADD", conf, n.node, pod)
     assert rule_count(n.node, "CNI-FORWARD") == 3
     call(firewall, "CHECK", conf, n.node, pod)  # Go's rules count for the pod
     assert call(firewall, "DEL", conf, n.node, pod) is None
@@ -273,11 +276,12 @@ def test_two_drop_chains_take_the_pod_in_one_transaction(firewall, bridge, netns
     assert not n.reaches_lan(pod)
 
 
-def test_same_bridge_policy_isolates_bridges_as_go(firewall, bridge, netns_factory, tmp_path):
+def test_same_bridge_policy_isolates_bridges_as_go(firewall, go_yardstick, bridge, netns_factory,
+                                                   tmp_path):
     """ingressPolicy same-bridge on two bridges of one node: a pod of one
     does not reach a pod of the other; the chains are Go's (its ADD on an
     identical node writes the same jumps)."""
-    for who, exe in (("ours", firewall), ("go", go_exe("firewall"))):
+    for who, exe in (("ours", firewall), ("go", go_yardstick.exe("firewall"))):
         node = netns_factory("cnsk-node")
         a = Node(netns_factory, bridge, tmp_path / who / "a", "cni-fwa", "10.73.1.0/24", node)
         b_node = Node.__new__(Node)
@@ -370,7 +374,7 @@ def test_missing_prev_result_and_old_versions(firewall, bridge, netns_factory, t
     assert jumps(n.node) == {}
 
 
-def test_firewalld_backend_as_go(firewall, bridge, netns_factory, tmp_path):
+def test_firewalld_backend_as_go(firewall, go_yardstick, bridge, netns_factory, tmp_path):
     """firewalld (Debian's, on a private bus in the node namespace) rejects
     forwarding from the default zone: the pod reaches the LAN once its
     address is a source of the trusted zone. Ours and Go's, chosen by
@@ -394,7 +398,8 @@ def test_firewalld_backend_as_go(firewall, bridge, netns_factory, tmp_path):
 
         call(firewall, "ADD", conf("c1", backend="firewalld"), n.node, pods["c1"][0], env=env)
         call(firewall, "ADD", conf("c2"), n.node, pods["c2"][0], cid="c2", env=env)
-        call(go_exe("firewall"), "ADD", conf("c3"), n.node, pods["c3"][0], cid="c3", env=env)
+        call(go_yardstick.exe("firewall"), "ADD", conf("c3"), n.node, pods["c3"][0], cid="c3",
+             env=env)
         ips = {cid: pod_ip(prev) for cid, (_, prev) in pods.items()}
         assert sources() == {f"{ip}/32" for ip in ips.values()}
         assert n.reaches_lan(pods["c1"][0])

@@ -1,5 +1,6 @@
-"""A live node moving between Debian's Go plugins (1.1.1, /usr/lib/cni) and
-ours, both ways, with pods running (issue 21).
+"""A live node moving between Go's plugins (each yardstick: Debian's 1.1.1,
+upstream 1.9.1 when built, tests/yardsticks.py) and ours, both ways, with
+pods running (issue 21).
 
 Topology made by each test (as in test_portmap.py): a node namespace, a
 client namespace linked to it by a veth (node 10.99.0.1, client .2), pods on
@@ -103,19 +104,20 @@ def ours_tagged(node, cid: str) -> list[str]:
     return out
 
 
-def test_go_pod_then_ours(cni_bin, go_cni_dir, node, client, netns_factory, tmp_path):
+def test_go_pod_then_ours(cni_bin, go_yardstick, node, client, netns_factory, tmp_path):
     """A Go pod with a host port keeps it when ours are installed: CHECK of
     ours passes for it, our portmap refuses its port to a new pod (naming
     port and holder), our DEL removes Go's chains and rules of it, and
     then the port goes to the new pod."""
     go_pod, our_pod = pod_ns(netns_factory), pod_ns(netns_factory)
-    go = {n: os.path.join(go_cni_dir, n) for n in ("bridge", "portmap")}
+    go = {n: os.path.join(go_yardstick.dir, n) for n in ("bridge", "portmap")}
     ours = {n: os.path.join(cni_bin, n) for n in ("bridge", "portmap")}
     bc = bridge_conf(tmp_path)
     kw = {"netns": go_pod.path, "node": node}
-    r = run_plugin(go["bridge"], "ADD", bc, container_id="go-pod-1", cni_path=go_cni_dir, **kw)
+    r = run_plugin(go["bridge"], "ADD", bc, container_id="go-pod-1", cni_path=go_yardstick.dir,
+                   **kw)
     run_plugin(go["portmap"], "ADD", pm_conf(r), container_id="go-pod-1",
-               cni_path=go_cni_dir, **kw)
+               cni_path=go_yardstick.dir, **kw)
     masq_chain = gorules.chain_name(NET, "go-pod-1")
     dn_chain = gorules.chain_name(NET, "go-pod-1", "CNI-DN-", 21)
     assert {masq_chain, dn_chain} <= go_chains(node)
@@ -160,17 +162,17 @@ def test_go_pod_then_ours(cni_bin, go_cni_dir, node, client, netns_factory, tmp_
     assert ours_tagged(node, "ours-1") == []
 
 
-def test_gc_removes_go_entries_of_stale_pods(cni_bin, go_cni_dir, node, netns_factory,
+def test_gc_removes_go_entries_of_stale_pods(cni_bin, go_yardstick, node, netns_factory,
                                              tmp_path):
     """GC of ours removes the Go entries of this network's containers that
     are not valid, and keeps those of valid ones."""
     pods = {cid: pod_ns(netns_factory) for cid in ("go-a", "go-b")}
     bc = bridge_conf(tmp_path)
     for i, (cid, ns) in enumerate(pods.items()):
-        r = run_plugin(os.path.join(go_cni_dir, "bridge"), "ADD", bc, container_id=cid,
-                       netns=ns.path, node=node, cni_path=go_cni_dir)
-        run_plugin(os.path.join(go_cni_dir, "portmap"), "ADD", pm_conf(r, PORT + i),
-                   container_id=cid, netns=ns.path, node=node, cni_path=go_cni_dir)
+        r = run_plugin(os.path.join(go_yardstick.dir, "bridge"), "ADD", bc, container_id=cid,
+                       netns=ns.path, node=node, cni_path=go_yardstick.dir)
+        run_plugin(os.path.join(go_yardstick.dir, "portmap"), "ADD", pm_conf(r, PORT + i),
+                   container_id=cid, netns=ns.path, node=node, cni_path=go_yardstick.dir)
     valid = {"cni.dev/valid-attachments": [{"containerID": "go-b", "ifname": "eth0"}]}
     for name, c in (("portmap", pm_conf(None, version="1.1.0")),
                     ("bridge", bridge_conf(tmp_path, "1.1.0"))):
@@ -181,7 +183,7 @@ def test_gc_removes_go_entries_of_stale_pods(cni_bin, go_cni_dir, node, netns_fa
     assert gorules.chain_name(NET, "go-a") not in go_chains(node)
 
 
-def test_migrate_to_go(cni_bin, go_cni_dir, node, client, netns_factory, tmp_path):
+def test_migrate_to_go(cni_bin, go_yardstick, node, client, netns_factory, tmp_path):
     """The way back: pods of ours (through the runtime, so libcni's cache
     knows them), `cni-skel migrate --to-go`, traffic to the host port goes
     on (now through Go's rules), nothing of ours stays, and Go's DEL of the
@@ -201,7 +203,7 @@ def test_migrate_to_go(cni_bin, go_cni_dir, node, client, netns_factory, tmp_pat
     with Echo(pod, 80):
         assert talk(client, NODE4, PORT) == CLIENT4
         cli = [os.path.join(os.path.dirname(sys.executable), "cni-skel"), "migrate", "--to-go",
-               "--cache-dir", str(cache), "--go-path", go_cni_dir]
+               "--cache-dir", str(cache), "--go-path", go_yardstick.dir]
         dry = subprocess.run(["ip", "netns", "exec", node.name, *cli, "--dry-run"],
                              capture_output=True, text=True, timeout=60, check=False)
         assert dry.returncode == 0, dry.stderr
@@ -220,9 +222,9 @@ def test_migrate_to_go(cni_bin, go_cni_dir, node, client, netns_factory, tmp_pat
 
     # Go's DEL of the pod we created succeeds and leaves nothing
     kw = {"container_id": "ours-mig", "netns": pod.path, "node": node,
-          "cni_path": go_cni_dir}
-    run_plugin(os.path.join(go_cni_dir, "portmap"), "DEL", pm_conf(result), **kw)
-    run_plugin(os.path.join(go_cni_dir, "bridge"), "DEL", bridge_conf(tmp_path), **kw)
+          "cni_path": go_yardstick.dir}
+    run_plugin(os.path.join(go_yardstick.dir, "portmap"), "DEL", pm_conf(result), **kw)
+    run_plugin(os.path.join(go_yardstick.dir, "bridge"), "DEL", bridge_conf(tmp_path), **kw)
     assert go_rules(node, "ours-mig") == []
     assert gorules.chain_name(NET, "ours-mig") not in go_chains(node)
     assert unreachable(client, NODE4, PORT)

@@ -1,5 +1,6 @@
-"""host-device, side by side with Debian's Go host-device 1.1.1
-(/usr/lib/cni): the same result and kernel state for the same config, and
+"""host-device, side by side with each Go yardstick's host-device (Debian's
+1.1.1, upstream 1.9.1 when built: tests/yardsticks.py, the differences
+accepted named there): the same result and kernel state for the same config, and
 what we do beyond Go (DEL restores the MTU and up state, is idempotent,
 survives a gone netns; a failed ADD puts the device back).
 
@@ -12,6 +13,7 @@ tree and runs the plugin's own look-ups on it (``sys_root``)."""
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import pathlib
@@ -21,9 +23,9 @@ import pytest
 from cni_skel_plugins.host_device import HostDevice
 from cni_skel_plugins.host_device.config import HostDeviceConf
 from cni_skel_plugins.host_device.sysfs import find_device, has_dpdk_driver, parse_mac
-from conftest import GO_CNI_DIR
 from pyroute2 import IPRoute
 from test_bridge_go import masked
+from yardsticks import Yardstick, as_go, differs
 
 from cni_skel import netlink
 from cni_skel.errors import CNIError
@@ -33,12 +35,17 @@ from cni_skel.netns import NetNS
 
 DEV = "hdev0"  # sorts before its peer and "lo": the first link of /sys/devices/virtual/net
 MTU = 1400
-GO = os.path.join(GO_CNI_DIR, "host-device")
 
 
 @pytest.fixture(scope="session")
 def host_device(cni_bin: str) -> str:
     return os.path.join(cni_bin, "host-device")
+
+
+@pytest.fixture(scope="session")
+def go_hd(go_yardstick: Yardstick) -> str:
+    """Go's host-device, of each yardstick."""
+    return go_yardstick.exe("host-device")
 
 
 def make_device(node, name=DEV, *, mtu=MTU, up=True, kind="veth", alias=None) -> netlink.Link:
@@ -114,14 +121,15 @@ def cmd(exe, verb, c, node, pod, cni_path, cid="c1", **kw):
 
 
 @pytest.mark.parametrize("version", ["0.3.1", "0.4.0", "1.0.0"])
-def test_l2_only_result_and_kernel_state_equal_go(host_device, cni_bin, netns_factory, tmp_path,
-                                                  version):
+def test_l2_only_result_and_kernel_state_equal_go(host_device, go_hd, go_yardstick, cni_bin,
+                                                  netns_factory, tmp_path, version):
     """No ipam: the device moves, named CNI_IFNAME, alias its node name, up,
     same MAC and MTU; the result is Go's key for key. DEL brings it back
     under its name; ours also up again as it was (Go leaves it down) and
-    with its own alias (Go leaves its name there)."""
+    with its own alias (Go 1.1.1 leaves its name there, later Go clears it
+    as we do)."""
     sides = {}
-    for side, exe in (("go", GO), ("ours", host_device)):
+    for side, exe in (("go", go_hd), ("ours", host_device)):
         node, pod = netns_factory("cnsk-node"), netns_factory("cnsk-pod")
         dev = make_device(node)
         c = conf(tmp_path, side, version)
@@ -132,9 +140,10 @@ def test_l2_only_result_and_kernel_state_equal_go(host_device, cni_bin, netns_fa
                                       "alias": DEV, "kind": "veth"}
         assert state(node, DEV) is None
     go, ours = sides["go"], sides["ours"]
-    assert masked(ours[4], ours[1].path) == masked(go[4], go[1].path)
+    assert masked(as_go(go_yardstick, "host-device", ours[4]), ours[1].path) == \
+        masked(go[4], go[1].path)
     assert ours[4]["interfaces"][0]["sandbox"] == ours[1].path
-    for side, exe in (("go", GO), ("ours", host_device)):
+    for side, exe in (("go", go_hd), ("ours", host_device)):
         node, pod, dev, c, result = sides[side]
         if version != "0.3.1":
             assert cmd(exe, "CHECK", dict(c, prevResult=result), node, pod, cni_bin) is None
@@ -143,26 +152,27 @@ def test_l2_only_result_and_kernel_state_equal_go(host_device, cni_bin, netns_fa
         back = state(node, DEV)
         assert (back["mac"], back["mtu"], back["kind"]) == (dev.mac, MTU, "veth")
         if side == "go":
-            assert (back["up"], back["alias"]) == (False, DEV)
+            alias = None if differs(go_yardstick, "host-device", "DEL clears the alias") else DEV
+            assert (back["up"], back["alias"]) == (False, alias)
         else:
             assert (back["up"], back["alias"]) == (True, None)
             assert saved_files(tmp_path) == []
 
 
 @pytest.mark.parametrize("version", ["0.2.0", "0.4.0", "1.0.0"])
-def test_ipam_result_and_kernel_state_equal_go(host_device, cni_bin, netns_factory, tmp_path,
-                                               version):
+def test_ipam_result_and_kernel_state_equal_go(host_device, go_hd, go_yardstick, cni_bin,
+                                               netns_factory, tmp_path, version):
     """With host-local (ours, for both): addresses, routes and dns as Go's
     result; the same addresses and routes on the pod's device; CHECK passes;
     DEL releases the address and brings the device back."""
     sides = {}
-    for side, exe in (("go", GO), ("ours", host_device)):
+    for side, exe in (("go", go_hd), ("ours", host_device)):
         node, pod = netns_factory("cnsk-node"), netns_factory("cnsk-pod")
         dev = make_device(node)
         c = conf(tmp_path, side, version, ipam=True)
         sides[side] = (exe, node, pod, dev, c, cmd(exe, "ADD", c, node, pod, cni_bin))
-    assert masked(sides["ours"][5], sides["ours"][2].path) == \
-        masked(sides["go"][5], sides["go"][2].path)
+    assert masked(as_go(go_yardstick, "host-device", sides["ours"][5]), sides["ours"][2].path) \
+        == masked(sides["go"][5], sides["go"][2].path)
     kernel = {}
     for side, (exe, node, pod, _dev, c, result) in sides.items():
         with NetNS.open(pod.path) as p, p.rtnl() as ipr:
@@ -231,7 +241,7 @@ def test_del_restores_name_mtu_state_and_alias(host_device, cni_bin, node_netns,
     assert names(pod_netns) == ["lo"] and saved_files(tmp_path) == []
 
 
-def test_del_twice_and_with_netns_gone(host_device, cni_bin, node_netns, netns_factory,
+def test_del_twice_and_with_netns_gone(host_device, go_hd, cni_bin, node_netns, netns_factory,
                                        tmp_path):
     """DEL again, DEL with CNI_NETNS gone and with it empty: all succeed and
     release the address (Go 1.1.1 fails each of them). A veth dies with its
@@ -257,7 +267,7 @@ def test_del_twice_and_with_netns_gone(host_device, cni_bin, node_netns, netns_f
                              netns=path if gone == "removed" else "", node=node_netns)
         assert run.exit_code == 0, run.doc
         assert allocated(tmp_path) == [] and saved_files(tmp_path) == []
-        go = run_plugin_raw(GO, "DEL", conf(tmp_path, "go"), container_id=gone, netns=path,
+        go = run_plugin_raw(go_hd, "DEL", conf(tmp_path, "go"), container_id=gone, netns=path,
                             node=node_netns)
         assert go.exit_code == 1 and "failed to open netns" in go.doc["msg"]
 
@@ -289,7 +299,8 @@ def test_del_finds_a_physical_device_the_kernel_gave_back(host_device, cni_bin, 
     assert saved_files(tmp_path) == []
 
 
-def test_failed_add_puts_the_device_back(host_device, cni_bin, node_netns, pod_netns, tmp_path):
+def test_failed_add_puts_the_device_back(host_device, go_hd, cni_bin, node_netns, pod_netns,
+                                         tmp_path):
     """IPAM failing after the move, and a route failing after IPAM: the
     device is back on the node as it was, the address released, nothing
     saved. (Go 1.1.1 leaves the device in the pod.)"""
@@ -308,16 +319,19 @@ def test_failed_add_puts_the_device_back(host_device, cni_bin, node_netns, pod_n
     go_node, go_pod = node_netns, pod_netns
     go_conf = conf(tmp_path, "go", ipam=True)
     go_conf["ipam"]["subnet"] = "10.71.0.0/31"
-    run = run_plugin_raw(GO, "ADD", go_conf, container_id="c1", netns=go_pod.path, node=go_node,
+    run = run_plugin_raw(go_hd, "ADD", go_conf, container_id="c1", netns=go_pod.path, node=go_node,
                          cni_path=cni_bin)
     assert run.exit_code == 1 and state(go_pod, "eth0")["mac"] == dev.mac  # Go's leftover
 
 
-def test_ifname_taken_in_pod_moves_nothing(host_device, cni_bin, netns_factory, tmp_path):
-    """CNI_IFNAME already a link of the pod: Go's error (code and text), but
-    ours moves nothing (Go moves the device and leaves it there)."""
+def test_ifname_taken_in_pod_moves_nothing(host_device, go_hd, go_yardstick, cni_bin,
+                                           netns_factory, tmp_path):
+    """CNI_IFNAME already a link of the pod: Go 1.1.1's error (code and
+    text), but ours moves nothing (Go 1.1.1 moves the device and leaves it
+    there; later Go, renaming in a temporary netns, puts it back down and
+    words the error its own way)."""
     runs = {}
-    for side, exe in (("go", GO), ("ours", host_device)):
+    for side, exe in (("go", go_hd), ("ours", host_device)):
         node, pod = netns_factory("cnsk-node"), netns_factory("cnsk-pod")
         make_device(node)
         with NetNS.open(pod.path) as p, p.rtnl() as ipr:
@@ -326,10 +340,17 @@ def test_ifname_taken_in_pod_moves_nothing(host_device, cni_bin, netns_factory, 
                                      netns=pod.path, node=node), node, pod)
     (go, go_node, go_pod), (ours, node, pod) = runs["go"], runs["ours"]
     assert (ours.exit_code, ours.doc["code"], ours.doc["msg"]) == \
-        (go.exit_code, go.doc["code"], go.doc["msg"]) == \
         (1, 999, 'failed to move link failed to rename device "hdev0" to "eth0": file exists')
     assert state(node, DEV)["up"] and DEV not in names(pod)
-    assert state(go_node, DEV) is None and DEV in names(go_pod)
+    if differs(go_yardstick, "host-device", "ifname taken"):
+        assert (go.exit_code, go.doc["code"], go.doc["msg"]) == (1, 999, (
+            'failed to move link failed to move "eth0" (host: "hdev0") to container NS: '
+            "file exists"))
+        assert state(go_node, DEV)["alias"] is None and DEV not in names(go_pod)
+    else:
+        assert (go.exit_code, go.doc["code"], go.doc["msg"]) == \
+            (ours.exit_code, ours.doc["code"], ours.doc["msg"])
+        assert state(go_node, DEV) is None and DEV in names(go_pod)
     assert saved_files(tmp_path) == []
 
 
@@ -363,21 +384,44 @@ RUNTIME_ERRORS = [  # 999 and the same text from both
 ]
 
 
+def go_text(y: Yardstick, keys: dict, msg: str) -> str:
+    """Our error text ``msg`` for the naming ``keys`` as ``y``'s Go words it:
+    where Go 1.5.0 reworded host-device's look-ups (the known differences
+    of tests/yardsticks.py), the later words."""
+    path, net = keys.get("kernelpath", ""), f'{keys.get("kernelpath", "")}/net'
+    if path and differs(y, "host-device", "kernelpath without net"):
+        msg = msg.replace(f'failed to find network devices at "{net}"',
+                          f'failed to read directory {net}: "open {net}: no such file or '
+                          'directory"')
+    pci = keys.get("pciBusID", "")
+    if pci and differs(y, "host-device", "pciBusID without a netdev"):
+        net = next(iter(glob.glob(f"/sys/bus/pci/devices/{pci}/virtio*/net")),
+                   f"/sys/bus/pci/devices/{pci}/net")
+        msg = msg.replace(f"failed to find device name for pci address {pci}",
+                          f"failed to find network device in path {net}")
+    dev = keys.get("runtimeConfig", {}).get("deviceID", "")
+    if dev and differs(y, "host-device", "deviceID not found"):
+        return f"runtime config DeviceID {dev} not found or unsupported"
+    return msg
+
+
 @pytest.mark.parametrize("keys", CONFIG_ERRORS + RUNTIME_ERRORS,
                          ids=lambda k: json.dumps(k, separators=(",", ":")))
-def test_errors_equal_go(host_device, node_netns, pod_netns, tmp_path, keys):
+def test_errors_equal_go(host_device, go_hd, go_yardstick, node_netns, pod_netns, tmp_path,
+                         keys):
     make_device(node_netns)
     ours = run_plugin_raw(host_device, "ADD", conf(tmp_path, **keys), container_id="c1",
                           netns=pod_netns.path, node=node_netns)
     assert ours.exit_code == 1 and names(pod_netns) == ["lo"], ours.doc
-    go = run_plugin_raw(GO, "ADD", conf(tmp_path, "go", **keys), container_id="c1",
+    go = run_plugin_raw(go_hd, "ADD", conf(tmp_path, "go", **keys), container_id="c1",
                         netns=pod_netns.path, node=node_netns)
     assert go.exit_code == 1 and names(pod_netns) == ["lo"], go.doc
+    mine = go_text(go_yardstick, keys, ours.doc["msg"])
     if keys in CONFIG_ERRORS:  # Go wraps its getLink's errors, config ones included
-        assert ours.doc["msg"] == go.doc["msg"].removeprefix("failed to find host device: ")
+        assert mine == go.doc["msg"].removeprefix("failed to find host device: ")
         assert (ours.doc["code"], go.doc["code"]) == (7, 999)
     else:
-        assert ours.doc["msg"] == go.doc["msg"]
+        assert mine == go.doc["msg"]
         assert ours.doc["code"] == go.doc["code"] == 999
     assert state(node_netns, DEV)["up"] and saved_files(tmp_path) == []
 
@@ -389,19 +433,23 @@ def test_errors_equal_go(host_device, node_netns, pod_netns, tmp_path, keys):
     {"device": "", "kernelpath": "/sys/devices/virtual"},
     {"hwaddr": "02:00:00:00:00:99", "kernelpath": "/sys/devices/nope"},  # device wins
 ], ids=["hwaddr", "hwaddr-dashes", "hwaddr-dots", "kernelpath", "several"])
-def test_naming_keys_find_the_device_as_go(host_device, cni_bin, netns_factory, tmp_path, keys):
+def test_naming_keys_find_the_device_as_go(host_device, go_hd, go_yardstick, cni_bin,
+                                           netns_factory, tmp_path, keys):
     """``hwaddr`` in Go's three spellings, ``kernelpath`` through the node's
     own /sys (a veth lives under /sys/devices/virtual/net), and several keys
     at once (the first of device, hwaddr, kernelpath, pciBusID wins)."""
     results = {}
-    for side, exe in (("go", GO), ("ours", host_device)):
+    for side, exe in (("go", go_hd), ("ours", host_device)):
         node, pod = netns_factory("cnsk-node"), netns_factory("cnsk-pod")
         dev = make_device(node)
         hexes = dev.mac.replace(":", "")
         spell = {"<MAC>": dev.mac, "<MAC-DASHES-UPPER>": dev.mac.replace(":", "-").upper(),
                  "<MAC-DOTS>": ".".join(hexes[i:i + 4] for i in (0, 4, 8))}
         c = conf(tmp_path, side, **{k: spell.get(v, v) for k, v in keys.items()})
-        results[side] = masked(cmd(exe, "ADD", c, node, pod, cni_bin), pod.path)
+        result = cmd(exe, "ADD", c, node, pod, cni_bin)
+        if side == "ours":
+            result = as_go(go_yardstick, "host-device", result)
+        results[side] = masked(result, pod.path)
         assert state(pod, "eth0")["mac"] == dev.mac and state(node, DEV) is None
         assert cmd(exe, "DEL", c, node, pod, cni_bin) is None
         assert state(node, DEV)["mac"] == dev.mac
@@ -560,27 +608,28 @@ def test_gc_and_status_pass_to_ipam(host_device, cni_bin, node_netns, netns_fact
     assert run.exit_code != 0 and "no-such-ipam" in run.doc["msg"]
 
 
-def test_swapping_with_go_either_way(host_device, cni_bin, node_netns, pod_netns, tmp_path):
+def test_swapping_with_go_either_way(host_device, go_hd, cni_bin, node_netns, pod_netns,
+                                     tmp_path):
     """The alias holds the node name exactly as Go writes it: Go's DEL puts
     back what our ADD moved (down, as Go does), ours what Go's ADD moved
     (down too: Go saved no state; the alias is cleared, as Go 1.9 does)."""
     dev = make_device(node_netns)
     c = conf(tmp_path)
     cmd(host_device, "ADD", c, node_netns, pod_netns, cni_bin)
-    assert cmd(GO, "DEL", c, node_netns, pod_netns, cni_bin) is None
+    assert cmd(go_hd, "DEL", c, node_netns, pod_netns, cni_bin) is None
     assert state(node_netns, DEV)["mac"] == dev.mac and names(pod_netns) == ["lo"]
     with NetNS.open(node_netns.path) as n, n.rtnl() as ipr:
         netlink.link_set(ipr, DEV, up=True, ifalias="")
     # another attachment: Go's DEL left c1's saved state (a GC removes it)
     assert saved_files(tmp_path) == ["c1_eth0.json"]
-    cmd(GO, "ADD", c, node_netns, pod_netns, cni_bin, cid="c2")
+    cmd(go_hd, "ADD", c, node_netns, pod_netns, cni_bin, cid="c2")
     assert cmd(host_device, "DEL", c, node_netns, pod_netns, cni_bin, cid="c2") is None
     assert state(node_netns, DEV) == {"name": DEV, "mac": dev.mac, "mtu": MTU, "up": False,
                                       "alias": None, "kind": "veth"}
 
 
-def test_hand_over_to_go_drops_our_saved_state(host_device, cni_bin, node_netns, pod_netns,
-                                               tmp_path):
+def test_hand_over_to_go_drops_our_saved_state(host_device, go_hd, cni_bin, node_netns,
+                                               pod_netns, tmp_path):
     make_device(node_netns)
     c = conf(tmp_path)
     cmd(host_device, "ADD", c, node_netns, pod_netns, cni_bin)
@@ -590,7 +639,7 @@ def test_hand_over_to_go_drops_our_saved_state(host_device, cni_bin, node_netns,
     assert saved_files(tmp_path) == ["c1_eth0.json"]
     assert "removed" in HostDevice.hand_over_to_go(parsed, handover)[0]
     assert saved_files(tmp_path) == []
-    assert cmd(GO, "DEL", c, node_netns, pod_netns, cni_bin) is None
+    assert cmd(go_hd, "DEL", c, node_netns, pod_netns, cni_bin) is None
     assert state(node_netns, DEV) is not None
 
 

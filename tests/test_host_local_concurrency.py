@@ -30,12 +30,12 @@ HOLD = 3                   # containers a worker keeps alive (4 files at most)
 RANGE = ("10.90.0.10", "10.90.0.57")  # 48 addresses for at most 40 held: heavy reuse
 
 
-def test_parallel_allocate_release(cni_bin, go_cni_dir, tmp_path, node_netns):
+def test_parallel_allocate_release(cni_bin, go_yardstick, tmp_path, node_netns):
     data_dir = tmp_path / "ipam"
     # 1.0.0: Debian's Go host-local speaks up to that.
     c = conf(data_dir, "1.0.0", subnet="10.90.0.0/24", rangeStart=RANGE[0], rangeEnd=RANGE[1])
     ours = os.path.join(cni_bin, "host-local")
-    go = os.path.join(go_cni_dir, "host-local")
+    go = os.path.join(go_yardstick.dir, "host-local")
     live: dict[str, str] = {}   # address -> container holding it (ADD returned, DEL not begun)
     seen: set[str] = set()
     guard = threading.Lock()
@@ -80,12 +80,12 @@ def test_parallel_allocate_release(cni_bin, go_cni_dir, tmp_path, node_netns):
     print(f"400 allocations and releases in {elapsed:.1f} s")
 
 
-def test_parallel_adds_then_each_releases_the_others(cni_bin, go_cni_dir, tmp_path,
+def test_parallel_adds_then_each_releases_the_others(cni_bin, go_yardstick, tmp_path,
                                                      node_netns):
     data_dir = tmp_path / "ipam"
     c = conf(data_dir, "1.0.0", subnet="10.91.0.0/24")
     exe = {"ours": os.path.join(cni_bin, "host-local"),
-           "go": os.path.join(go_cni_dir, "host-local")}
+           "go": os.path.join(go_yardstick.dir, "host-local")}
 
     def call(impl: str, cmd: str, cid: str):
         return run_plugin(exe[impl], cmd, c, container_id=cid, netns=NETNS, node=node_netns,

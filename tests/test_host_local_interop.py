@@ -1,5 +1,6 @@
-"""host-local interop with Debian's Go host-local (v1.1.1, cniVersion up to
-1.0.0) on one shared dataDir: each releases, checks and collects what the
+"""host-local interop with each Go yardstick's host-local (Debian's 1.1.1,
+cniVersion up to 1.0.0, and upstream 1.9.1 when built: tests/yardsticks.py)
+on one shared dataDir: each releases, checks and collects what the
 other allocated, both see each other's reservations, and the round-robin
 position (last_reserved_ip.N) carries over between them. Our owner index
 (.cni-skel-index/) is left alone by Go and follows whatever Go changes."""
@@ -17,9 +18,9 @@ from cni_skel.harness import run_plugin
 
 
 @pytest.fixture(scope="session")
-def impls(cni_bin, go_cni_dir) -> dict[str, str]:
+def impls(cni_bin, go_yardstick) -> dict[str, str]:
     return {"ours": os.path.join(cni_bin, "host-local"),
-            "go": os.path.join(go_cni_dir, "host-local")}
+            "go": go_yardstick.exe("host-local")}
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""ipvlan through the real executable beside Debian's Go ipvlan 1.1.1, on a
+"""ipvlan through the real executable beside each Go yardstick's ipvlan
+(Debian's 1.1.1, upstream 1.9.1 when built: tests/yardsticks.py), on a
 veth master whose peer is a "LAN" namespace. This machine's kernel may have
 no ipvlan: the tests are marked ``kernel("ipvlan")`` and then run in the
 suite's VM (tests/kernelvm.py), so there are few, each checking a lot."""
@@ -14,7 +15,6 @@ from podlink_common import (
     check_fails,
     del_with_netns_gone,
     gc_and_status_go_to_ipam,
-    go_exe,
     host_local,
     link_of,
     links_of,
@@ -52,7 +52,7 @@ def setup(netns_factory):
     return lan.node, netns_factory("cnsk-pod")
 
 
-def test_same_as_go_reaches_the_lan_check_del(ipvlan, netns_factory, tmp_path):
+def test_same_as_go_reaches_the_lan_check_del(ipvlan, go_yardstick, netns_factory, tmp_path):
     """For 0.3.1, 0.4.0 and 1.0.0: the result equals Go's (MAC and sandbox
     masked), the pod's link too (kind, mode, MTU, addresses, routes); CHECK
     passes, then names what differs; DEL twice. The LAN pings the pod (l2);
@@ -70,7 +70,7 @@ def test_same_as_go_reaches_the_lan_check_del(ipvlan, netns_factory, tmp_path):
                 netlink.del_address(ipr, "eth0", address)
             check_fails(ipvlan, prev, node, pod, f'IP address {address} not found on "eth0"')
 
-        run = side_by_side(ipvlan, go_exe("ipvlan"), conf_of, netns_factory, setup)
+        run = side_by_side(ipvlan, go_yardstick, conf_of, netns_factory, setup)
         run.same()
         node, pod = run.o
         link, master = link_of(pod, "eth0"), link_of(node, "eth0")
@@ -88,7 +88,7 @@ def test_same_as_go_reaches_the_lan_check_del(ipvlan, netns_factory, tmp_path):
     assert links_of(lan.node) == ["lo", "eth0"]
 
 
-def test_chained_and_failures(ipvlan, netns_factory, tmp_path):
+def test_chained_and_failures(ipvlan, go_yardstick, netns_factory, tmp_path):
     """Chained without IPAM (Go 1.1.1): the master is prevResult's single
     interface, the addresses prevResult's, the same result as Go's. A bad
     master is Go's code; an IPAM failure leaves nothing; config errors are
@@ -97,14 +97,14 @@ def test_chained_and_failures(ipvlan, netns_factory, tmp_path):
             "ips": [{"address": "10.56.0.9/24", "gateway": "10.56.0.1"}],
             "routes": [{"dst": "10.67.0.0/16"}]}
     chained = {"cniVersion": "1.0.0", "name": NET, "type": "ipvlan", "prevResult": prev}
-    run = side_by_side(ipvlan, go_exe("ipvlan"), lambda _who: chained, netns_factory, setup)
+    run = side_by_side(ipvlan, go_yardstick, lambda _who: chained, netns_factory, setup)
     run.same()
     assert pod_state(run.o[1])["addresses"] == ["10.56.0.9/24"]
     call(ipvlan, "DEL", chained, *run.o)
     assert link_of(run.o[1], "eth0") is None
 
-    bad_master_as_go(ipvlan, go_exe("ipvlan"), conf(tmp_path, master="nope"), netns_factory,
-                     setup)
+    bad_master_as_go(ipvlan, go_yardstick.exe("ipvlan"), conf(tmp_path, master="nope"),
+                     netns_factory, setup)
     node, pod = setup(netns_factory)
     refused(ipvlan, conf(tmp_path, ipam={"type": "no-such-ipam"}), node, pod, 7, "no-such-ipam")
     for top, text in (({"mode": "l4"}, 'mode: Value error, unknown ipvlan mode: "l4"'),

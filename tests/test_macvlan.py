@@ -1,5 +1,7 @@
 """macvlan through the real executable, run in a node namespace as a runtime
-runs it, side by side with Debian's Go macvlan 1.1.1 (/usr/lib/cni). The
+runs it, side by side with each Go yardstick's macvlan (Debian's 1.1.1,
+upstream 1.9.1 when built: tests/yardsticks.py, the differences accepted
+named there). The
 master is a veth end in the node whose peer sits in a "LAN" namespace, so
 the LAN reaches the pod over the macvlan. Kernel state is read back with
 netlink; IPAM is our host-local (Go's for Go's macvlan)."""
@@ -10,7 +12,6 @@ import os
 
 import pytest
 from podlink_common import (
-    GO_CNI_DIR,
     allocated,
     bad_master_as_go,
     call,
@@ -18,7 +19,6 @@ from podlink_common import (
     check_fails,
     del_with_netns_gone,
     gc_and_status_go_to_ipam,
-    go_exe,
     host_local,
     link_of,
     links_of,
@@ -102,7 +102,8 @@ def test_pod_on_the_lan_check_del(macvlan, netns_factory, tmp_path):
 
 
 @pytest.mark.parametrize("version", ["0.3.1", "0.4.0", "1.0.0"])
-def test_same_result_and_kernel_state_as_go(macvlan, netns_factory, tmp_path, version):
+def test_same_result_and_kernel_state_as_go(macvlan, go_yardstick, netns_factory, tmp_path,
+                                            version):
     """Same config, same CNI_ARGS MAC: the results are equal key for key
     (sandbox masked) and so is the pod's link; both CHECK (0.4.0+) and DEL
     twice."""
@@ -112,7 +113,7 @@ def test_same_result_and_kernel_state_as_go(macvlan, netns_factory, tmp_path, ve
                     ipam=host_local(tmp_path / who, "10.55.0.0/24",
                                     routes=[{"dst": "0.0.0.0/0"}]))
 
-    run = side_by_side(macvlan, go_exe("macvlan"), conf_of, netns_factory, setup,
+    run = side_by_side(macvlan, go_yardstick, conf_of, netns_factory, setup,
                        cni_args="IgnoreUnknown=1;MAC=02:55:00:00:00:05")
     run.same()
     assert run.mine["interfaces"][0]["mac"] == run.theirs["interfaces"][0]["mac"] \
@@ -122,12 +123,12 @@ def test_same_result_and_kernel_state_as_go(macvlan, netns_factory, tmp_path, ve
     run.finish(conf_of, version, NET, tmp_path)
 
 
-def test_layer2_only_same_as_go(macvlan, netns_factory, tmp_path):
+def test_layer2_only_same_as_go(macvlan, go_yardstick, netns_factory, tmp_path):
     """No IPAM: the link is up with no address; the result holds the
     interface only, as Go's (``dns: {}`` included) at 0.3.1 and 1.0.0;
     0.2.0 cannot carry it: code 1 and nothing made (Go: 999, link left)."""
     for version in ("0.3.1", "1.0.0"):
-        run = side_by_side(macvlan, go_exe("macvlan"),
+        run = side_by_side(macvlan, go_yardstick,
                            lambda _who, v=version: conf(tmp_path, v, ipam=None),
                            netns_factory, setup)
         run.same()
@@ -195,17 +196,17 @@ def test_del_with_the_netns_gone(macvlan, netns_factory, tmp_path):
     call(macvlan, "DEL", c, node, None)
 
 
-def test_failed_add_leaves_nothing(macvlan, netns_factory, tmp_path):
+def test_failed_add_leaves_nothing(macvlan, go_yardstick, netns_factory, tmp_path):
     """Bad master (Go's code), a name taken in the pod (Go's code), an IPAM
     that fails, a route the kernel refuses after IPAM: no link, no address."""
-    bad_master_as_go(macvlan, go_exe("macvlan"), conf(tmp_path, master="nope"), netns_factory,
-                     setup)
-    for exe, d in ((macvlan, "ours"), (go_exe("macvlan"), "go")):
+    bad_master_as_go(macvlan, go_yardstick.exe("macvlan"), conf(tmp_path, master="nope"),
+                     netns_factory, setup)
+    for exe, d in ((macvlan, "ours"), (go_yardstick.exe("macvlan"), "go")):
         node, pod = setup(netns_factory)
         with NetNS.open(pod.path) as n, n.rtnl() as ipr:
             netlink.create_veth_pair(ipr, "eth0", "peer0")
         refused(exe, conf(tmp_path / d), node, pod, 999, "file exists",
-                cni_path=None if d == "ours" else GO_CNI_DIR)
+                cni_path=None if d == "ours" else go_yardstick.dir)
         assert link_of(pod, "eth0").kind == "veth"  # the pod's own link untouched
         assert allocated(tmp_path / d, NET) == []
 
@@ -271,7 +272,7 @@ def test_default_master_and_link_in_container(macvlan, netns_factory, tmp_path):
     assert links_of(pod) == ["lo", "vf0"] and links_of(node) == ["lo"]
 
 
-def test_mac_precedence_as_go(macvlan, netns_factory, tmp_path):
+def test_mac_precedence_as_go(macvlan, go_yardstick, netns_factory, tmp_path):
     """``mac`` < CNI_ARGS ``MAC`` < ``args.cni.mac`` (ours, as bridge) <
     ``runtimeConfig.mac``; Go agrees where it has the key."""
     node, pod = setup(netns_factory)
@@ -283,11 +284,11 @@ def test_mac_precedence_as_go(macvlan, netns_factory, tmp_path):
     for top, env, want in cases:
         c = conf(tmp_path, ipam=None, **top)
         r = call(macvlan, "ADD", c, node, pod, cni_args=env)
-        g = call(go_exe("macvlan"), "ADD", c, go_node, go_pod, cni_args=env)
+        g = call(go_yardstick.exe("macvlan"), "ADD", c, go_node, go_pod, cni_args=env)
         assert r["interfaces"][0]["mac"] == g["interfaces"][0]["mac"] == want
         assert link_of(pod, "eth0").mac == want
         call(macvlan, "DEL", c, node, pod)
-        call(go_exe("macvlan"), "DEL", c, go_node, go_pod)
+        call(go_yardstick.exe("macvlan"), "DEL", c, go_node, go_pod)
     c = conf(tmp_path, ipam=None, args={"cni": {"mac": "02:00:00:00:00:04"}})
     assert call(macvlan, "ADD", c, node, pod, cni_args="MAC=02:00:00:00:00:02")[
         "interfaces"][0]["mac"] == "02:00:00:00:00:04"

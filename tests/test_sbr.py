@@ -10,8 +10,9 @@ import os
 
 import pytest
 from cni_skel_plugins.sbr import ROUTE_PROTO
-from podlink_common import call, call_raw, check_fails, go_exe, host_local, link_of, make_lan
+from podlink_common import call, call_raw, check_fails, host_local, link_of, make_lan
 from test_bridge_go import masked
+from yardsticks import as_go
 
 from cni_skel import netlink
 from cni_skel.harness import remove_netns
@@ -92,7 +93,7 @@ def everything(pod) -> dict:
 
 
 @pytest.mark.parametrize("version", ["0.4.0", "1.0.0"])
-def test_same_rules_and_tables_as_go(sbr, macvlan, netns_factory, tmp_path, version):
+def test_same_rules_and_tables_as_go(sbr, go_yardstick, macvlan, netns_factory, tmp_path, version):
     """Dual stack: each address gets a rule into a table of its own (100,
     101), holding a default route via its gateway and eth0's routes of its
     family, moved out of the main table; the result is prevResult. Go's sbr
@@ -101,11 +102,12 @@ def test_same_rules_and_tables_as_go(sbr, macvlan, netns_factory, tmp_path, vers
     main table as before ADD (Go's DEL leaves them in the tables), so that
     ADD works again."""
     state = {}
-    for who, exe in (("ours", sbr), ("go", go_exe("sbr"))):
+    for who, exe in (("ours", sbr), ("go", go_yardstick.exe("sbr"))):
         node, pod, prev = pod_with_iface(macvlan, netns_factory, tmp_path / who, version)
         before = routing(pod)
         out = call(exe, "ADD", sbr_conf(version, prev), node, pod)
-        assert masked(out, pod.path) == masked(prev, pod.path)
+        passed = prev if who == "ours" else as_go(go_yardstick, "sbr", prev)
+        assert masked(out, pod.path) == masked(passed, pod.path)
         state[who] = (node, pod, prev, before, routing(pod))
     assert state["ours"][4] == state["go"][4]
 
@@ -129,13 +131,13 @@ def test_same_rules_and_tables_as_go(sbr, macvlan, netns_factory, tmp_path, vers
     assert routing(pod) == after
 
 
-def test_first_free_table(sbr, macvlan, netns_factory, tmp_path):
+def test_first_free_table(sbr, go_yardstick, macvlan, netns_factory, tmp_path):
     """Table 100 already has a rule and 101 a route: ours picks 102 and 103,
     the first tables with neither, as Go's sbr means to. Go 1.1.1 picks 101
     and 102: its route listing skips every table but main, so it adds the
     pod's routes to table 101 beside what was there."""
     picked = {}
-    for who, exe in (("ours", sbr), ("go", go_exe("sbr"))):
+    for who, exe in (("ours", sbr), ("go", go_yardstick.exe("sbr"))):
         node, pod, prev = pod_with_iface(macvlan, netns_factory, tmp_path / who)
         with NetNS.open(pod.path) as n, n.rtnl() as ipr:
             netlink.add_rule(ipr, 100, src="10.77.0.1")
@@ -175,7 +177,7 @@ def test_only_the_interfaces_addresses(sbr, macvlan, netns_factory, tmp_path):
 # --- CHECK, DEL -----------------------------------------------------------
 
 
-def test_check_names_what_is_missing(sbr, macvlan, netns_factory, tmp_path):
+def test_check_names_what_is_missing(sbr, go_yardstick, macvlan, netns_factory, tmp_path):
     """A rule or a table's default route gone: CHECK fails (999) naming it.
     (Go's CHECK passes without looking.)"""
     node, pod, prev = pod_with_iface(macvlan, netns_factory, tmp_path)
@@ -184,7 +186,7 @@ def test_check_names_what_is_missing(sbr, macvlan, netns_factory, tmp_path):
     with NetNS.open(pod.path) as n, n.rtnl() as ipr:
         netlink.del_route(ipr, "0.0.0.0/0", table=100)
     check_fails(sbr, conf, node, pod, "table 100", "default route via 10.55.0.1")
-    call(go_exe("sbr"), "CHECK", conf, node, pod)  # Go: no opinion
+    call(go_yardstick.exe("sbr"), "CHECK", conf, node, pod)  # Go: no opinion
     with NetNS.open(pod.path) as n, n.rtnl() as ipr:
         netlink.add_route(ipr, "0.0.0.0/0", gw="10.55.0.1", dev="eth0", table=100)
         for rule in netlink.rules(ipr, table=101):
@@ -234,13 +236,14 @@ def test_bad_input_changes_nothing(sbr, macvlan, netns_factory, tmp_path, extra,
     assert routing(pod) == before
 
 
-def test_missing_interface_is_999_and_changes_nothing(sbr, macvlan, netns_factory, tmp_path):
+def test_missing_interface_is_999_and_changes_nothing(sbr, go_yardstick, macvlan, netns_factory,
+                                                      tmp_path):
     node, pod, prev = pod_with_iface(macvlan, netns_factory, tmp_path)
     # addresses with no interface index count as on CNI_IFNAME (Go's getIPCfgs)
     prev = dict(prev, ips=[{k: v for k, v in ip.items() if k != "interface"}
                            for ip in prev["ips"]])
     before = routing(pod)
-    for exe in (sbr, go_exe("sbr")):
+    for exe in (sbr, go_yardstick.exe("sbr")):
         run = call_raw(exe, "ADD", sbr_conf("1.0.0", prev), node, pod, ifname="net9")
         assert run.exit_code == 1 and run.doc["code"] == 999, run.doc
     assert "Cannot find network interface net9" in run.doc["msg"]
@@ -288,15 +291,15 @@ def test_replies_leave_through_the_addresss_table(sbr, macvlan, netns_factory, t
     (IFACE_ROUTES, {}),                            # the default routes too
     (({"dst": "10.66.0.0/16"},), {"table": 500}),
 ], ids=["no-routes", "no-default", "defaults", "table"])
-def test_add_then_del_leaves_the_pod_as_found(sbr, macvlan, netns_factory, tmp_path, routes,
-                                              extra):
+def test_add_then_del_leaves_the_pod_as_found(sbr, go_yardstick, macvlan, netns_factory, tmp_path,
+                                              routes, extra):
     """ADD then DEL leaves every table's routes and every rule as before
     ADD, route by route, both families. ADD's own default routes (via the
     prevResult gateways) are deleted, not moved to the main table (it had
     none before without ``defaults``: the fuzz found DEL adding them, 218
     times in 304). Go's DEL leaves the routes in the tables and the main
     table without them (shown on the same inputs)."""
-    for who, exe in (("ours", sbr), ("go", go_exe("sbr"))):
+    for who, exe in (("ours", sbr), ("go", go_yardstick.exe("sbr"))):
         node, pod, prev = pod_with_iface(macvlan, netns_factory, tmp_path / who, routes=routes)
         assert all(ip.get("gateway") for ip in prev["ips"])
         before, main = everything(pod), routing(pod)["main"]
@@ -341,14 +344,14 @@ def test_del_puts_back_only_what_add_moved(sbr, macvlan, netns_factory, tmp_path
     {"cniVersion": "1.0.0", "ips": [{"address": "10.55.0.2/24", "gateway": "10.55.0.1"},
                                     {"address": "10.55.0.77/24", "gateway": "10.55.0.1"}]},
 ], ids=["old-format", "second-not-held"])
-def test_an_address_the_interface_lacks_is_refused(sbr, macvlan, netns_factory, tmp_path,
-                                                    prev, extra):
+def test_an_address_the_interface_lacks_is_refused(sbr, go_yardstick, macvlan, netns_factory,
+                                                   tmp_path, prev, extra):
     """A prevResult address that eth0 does not hold: code 7 naming it and
     the interface, before any change (no rule, the main table intact).
     Go 1.1.1 takes it: its rule stays after its own DEL, which looks rules
     up by the interface's addresses."""
     version = prev["cniVersion"]
-    for who, exe in (("ours", sbr), ("go", go_exe("sbr"))):
+    for who, exe in (("ours", sbr), ("go", go_yardstick.exe("sbr"))):
         node, pod, _ = pod_with_iface(macvlan, netns_factory, tmp_path / who)
         before = everything(pod)
         run = call_raw(exe, "ADD", sbr_conf(version, prev, **extra), node, pod)
@@ -365,11 +368,12 @@ def test_an_address_the_interface_lacks_is_refused(sbr, macvlan, netns_factory, 
         assert everything(pod) == before
 
 
-def test_no_address_on_the_interface_is_refused(sbr, macvlan, netns_factory, tmp_path):
+def test_no_address_on_the_interface_is_refused(sbr, go_yardstick, macvlan, netns_factory,
+                                                tmp_path):
     """prevResult's addresses all on another interface: code 7 and nothing
     changed. Go 1.1.1 answers success having removed every main-table
     route of eth0 (its DEL brings none back)."""
-    for who, exe in (("ours", sbr), ("go", go_exe("sbr"))):
+    for who, exe in (("ours", sbr), ("go", go_yardstick.exe("sbr"))):
         node, pod, prev = pod_with_iface(macvlan, netns_factory, tmp_path / who)
         prev = dict(prev, interfaces=[{"name": "net1", "sandbox": pod.path}])
         before = everything(pod)

@@ -133,8 +133,8 @@ def test_ids_of_any_length_round_trip_in_the_verbs(data_dir, length):
         (data_dir / NET / "last_reserved_ip.0").unlink()  # the next round starts at .2 again
 
 
-def test_go_records_of_any_length_survive_gc(hl, data_dir, node_netns, go_cni_dir):
-    go = os.path.join(go_cni_dir, "host-local")
+def test_go_records_of_any_length_survive_gc(hl, data_dir, node_netns, go_yardstick):
+    go = os.path.join(go_yardstick.dir, "host-local")
     c = conf(data_dir, "1.0.0", **SUBNET)
     ids = {n: ("f00d" * (n // 4 + 1))[:n] for n in (5000, 100_000)}
     for cid in ids.values():

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import pytest
 from cni_skel_plugins.tuning import Tuning, plugin
+from yardsticks import yardsticks
 
 from cni_skel import netlink
 from cni_skel.errors import CNIError
@@ -79,13 +80,15 @@ def tuning(tuning_with):
     return tuning_with()
 
 
-@pytest.fixture(params=["ours", "go"])
-def bridge_plugin(request, cni_bin, go_cni_dir):
+@pytest.fixture(params=["ours", *yardsticks()], ids=lambda p: getattr(p, "id", p))
+def bridge_plugin(request, cni_bin):
     """(executable, CNI_PATH, cniVersion) of the bridge the dbnet chain uses:
-    ours at the spec's 1.1.0, and Go's (1.0.0 at most) for interop."""
+    ours at the spec's 1.1.0, and each Go yardstick's (at 1.0.0, the most
+    Go 1.1.1 speaks) for interop."""
     if request.param == "ours":
         return os.path.join(cni_bin, "bridge"), cni_bin, "1.1.0"
-    return os.path.join(go_cni_dir, "bridge"), go_cni_dir, "1.0.0"
+    y = request.param
+    return y.exe("bridge"), y.dir, "1.0.0"
 
 
 @dataclass
@@ -728,8 +731,8 @@ def test_gc_after_a_real_add(tuning, env):
 # --- interop with the Go tuning (1.1.1: no txQLen, no allowlist) --------------------------
 
 
-def test_go_saves_we_restore(go_cni_dir, tuning, env):
-    go = os.path.join(go_cni_dir, "tuning")
+def test_go_saves_we_restore(go_yardstick, tuning, env):
+    go = go_yardstick.exe("tuning")
     c = conf(env, "1.0.0", mac=MAC, mtu=1400, promisc=True, allmulti=True)
     result = run(go, "ADD", c, env)
     assert result_mac(result) == MAC
@@ -741,8 +744,8 @@ def test_go_saves_we_restore(go_cni_dir, tuning, env):
     assert not os.path.exists(env.state_file)
 
 
-def test_we_save_go_restores(go_cni_dir, tuning, env):
-    go = os.path.join(go_cni_dir, "tuning")
+def test_we_save_go_restores(go_yardstick, tuning, env):
+    go = go_yardstick.exe("tuning")
     c = conf(env, "1.0.0", mac=MAC, mtu=1400, promisc=True, sysctl={"net.core.somaxconn": "500"})
     run(tuning, "ADD", c, env)
     assert run(go, "CHECK", c, env) is None

@@ -1,4 +1,5 @@
-"""vlan through the real executable beside Debian's Go vlan 1.1.1, on a veth
+"""vlan through the real executable beside each Go yardstick's vlan (Debian's
+1.1.1, upstream 1.9.1 when built: tests/yardsticks.py), on a veth
 master whose peer is a "LAN" namespace that speaks the same VLAN. This
 machine's kernel may have no 8021q: the tests are marked ``kernel("8021q")``
 and then run in the suite's VM (tests/kernelvm.py), so there are few, each
@@ -15,7 +16,6 @@ from podlink_common import (
     check_fails,
     del_with_netns_gone,
     gc_and_status_go_to_ipam,
-    go_exe,
     host_local,
     link_of,
     links_of,
@@ -62,7 +62,7 @@ def setup(netns_factory):
     return vlan_lan(netns_factory).node, netns_factory("cnsk-pod")
 
 
-def test_same_as_go_tagged_traffic_check_del(vlan, netns_factory, tmp_path):
+def test_same_as_go_tagged_traffic_check_del(vlan, go_yardstick, netns_factory, tmp_path):
     """For 0.3.1, 0.4.0 and 1.0.0: the result equals Go's (MAC and sandbox
     masked), the pod's link too (kind, VLAN ID, MTU, addresses, routes);
     CHECK passes, then names a VLAN ID and an MTU that differ; DEL twice.
@@ -76,7 +76,7 @@ def test_same_as_go_tagged_traffic_check_del(vlan, netns_factory, tmp_path):
             check_fails(vlan, dict(prev, vlanId=101), node, pod, "VLAN ID is 100, configured 101")
             check_fails(vlan, dict(prev, mtu=1300), node, pod, "configured MTU of eth0 is 1300")
 
-        run = side_by_side(vlan, go_exe("vlan"), conf_of, netns_factory, setup)
+        run = side_by_side(vlan, go_yardstick, conf_of, netns_factory, setup)
         run.same()
         node, pod = run.o
         link = link_of(pod, "eth0")
@@ -93,7 +93,7 @@ def test_same_as_go_tagged_traffic_check_del(vlan, netns_factory, tmp_path):
     assert links_of(lan.node) == ["lo", "eth0"]
 
 
-def test_failures_leave_nothing(vlan, netns_factory, tmp_path):
+def test_failures_leave_nothing(vlan, go_yardstick, netns_factory, tmp_path):
     """Config errors are code 7 with Go's texts (Go: 999), a bad master is
     Go's code, an IPAM failure leaves no link (Go 1.1.1 leaves it); GC and
     STATUS go to IPAM."""
@@ -106,5 +106,6 @@ def test_failures_leave_nothing(vlan, netns_factory, tmp_path):
                       ({"ipam": {"type": "no-such-ipam"}}, "no-such-ipam")):
         refused(vlan, conf(tmp_path, **top), node, pod, 7, text)
     assert links_of(pod) == ["lo"]
-    bad_master_as_go(vlan, go_exe("vlan"), conf(tmp_path, master="nope"), netns_factory, setup)
+    bad_master_as_go(vlan, go_yardstick.exe("vlan"), conf(tmp_path, master="nope"),
+                     netns_factory, setup)
     gc_and_status_go_to_ipam(vlan, conf(tmp_path, "1.1.0"), node, pod, tmp_path, NET)

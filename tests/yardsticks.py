@@ -63,3 +63,105 @@ def header() -> str:
         return f"Go yardsticks: 1.1.1 ({DEBIAN.dir}) and 1.9.1 ({LATEST.dir})"
     return (f"Go yardsticks: 1.1.1 ({DEBIAN.dir}) only; no 1.9.1 build in {LATEST.dir} "
             "(`make go-latest` builds it from ../shared/yardstick)")
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in version.split("."))
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One way a later Go answers other than 1.1.1 (and, so far, we):
+    ``since`` is the first upstream release that does, ``why`` says what
+    and where it comes from."""
+
+    since: str
+    why: str
+
+
+#: Every difference between the yardsticks that a comparison accepts, keyed
+#: by (plugin, what); a test applies one by name (`differs`, `as_go`), so
+#: none is hidden and a 1.1.1 run stays exactly as strict as before.
+KNOWN_DIFFERENCES: dict[tuple[str, str], Difference] = {
+    **{(plugin, "empty dns"): Difference(
+        "1.6.0", "a 1.0.0+ result without DNS leaves out `\"dns\": {}` (containernetworking/cni "
+                 "v1.2.0, PR #1039: types100.Result.MarshalJSON drops an empty DNS; plugins "
+                 "vendor cni >= 1.2 from v1.6.0); 0.x results still print it")
+       for plugin in ("static", "ptp", "macvlan", "ipvlan", "vlan", "host-device", "loopback",
+                      "bridge")},
+    **{(plugin, "empty dns"): Difference(
+        "1.6.0", "passes a 1.0.0+ prevResult through re-encoded, the same MarshalJSON dropping "
+                 "its empty `\"dns\": {}`; ours pass prevResult on as received")
+       for plugin in ("firewall", "sbr", "bandwidth", "vrf")},
+    **{(plugin, "key order"): Difference(
+        "1.6.0", "a 1.0.0+ result is printed with its keys sorted at every level (the same "
+                 "MarshalJSON round trips it through a map), not in the struct's order")
+       for plugin in ("static", "ptp")},
+    ("bridge", "vlanTrunk"): Difference(
+        "1.3.0", "reads vlanTrunk (090af7db): the pod's port gets the trunk's VLANs tagged and "
+                 "the bridge filters VLANs, as ours; 1.1.1 predates the key and ignores it"),
+    ("vrf", "routes copied to the table"): Difference(
+        "1.4.0", "ADD copies the interface's universe-scope routes into the VRF's table "
+                 "(ca12d49b) but not ptp's scope-link gateway /32, so a route via that gateway "
+                 "fails: 'could not add route ... network is unreachable', ADD refused; 1.1.1 "
+                 "copies nothing, ours copies all (the /32 first)"),
+    ("vrf", "CHECK looks"): Difference(
+        "1.3.0", "CHECK fails (999) when the interface is not in the VRF, 'failed to find "
+                 "<if> associated to vrf <name>' (177e0bf2 returns the error 1.1.1 dropped); "
+                 "1.1.1 passes whatever it finds; ours fails with 1.1.1's text, 'Failed ...'"),
+    ("host-device", "DEL clears the alias"): Difference(
+        "1.6.0", "DEL (moveLinkOut through a temporary netns, a4b80cc6) unsets the alias the "
+                 "ADD set; 1.1.1 left the node name in it. Ours clears it too"),
+    ("host-device", "ifname taken"): Difference(
+        "1.6.0", "CNI_IFNAME taken in the pod: renamed in a temporary netns (a4b80cc6), the "
+                 "move into the pod fails ('failed to move \"eth0\" (host: \"hdev0\") to "
+                 "container NS: file exists') and the device goes back to the node; 1.1.1 "
+                 "(and ours, in words) 'failed to rename device', 1.1.1 leaving it in the pod"),
+    ("host-device", "kernelpath without net"): Difference(
+        "1.5.0", "kernelpath with no net directory: 'failed to read directory <p>/net: "
+                 "\"open ...: no such file or directory\"' (linkFromPath, d34720b5); 1.1.1 "
+                 "and ours: 'failed to find network devices at \"<p>/net\"'"),
+    ("host-device", "pciBusID without a netdev"): Difference(
+        "1.5.0", "a PCI device whose net directory is empty here: 'failed to find network "
+                 "device in path <netDir>' (linkFromPath, d34720b5); 1.1.1 and ours: 'failed "
+                 "to find device name for pci address <addr>'"),
+    ("host-device", "deviceID not found"): Difference(
+        "1.5.0", "runtimeConfig.deviceID neither a PCI nor an auxiliary-bus device: 'runtime "
+                 "config DeviceID <id> not found or unsupported' (handleDeviceID, d34720b5); "
+                 "1.1.1 and ours: 'error with host device: lstat /sys/bus/pci/devices/<id>: ...'"),
+    ("static", "cniVersion 1.1.0"): Difference(
+        "1.6.0", "speaks CNI 1.1.0 (cni v1.2.x's version.All) and answers the 1.0.0 document "
+                 "for it; 1.1.1 refuses it with code 1"),
+    ("static", "GC and STATUS"): Difference(
+        "1.6.0", "answers GC and STATUS (skel.CNIFuncs, cni v1.2.3), exit 0; 1.1.1's skel "
+                 "knows neither verb and fails them"),
+}
+
+
+def differs(y: Yardstick, plugin: str, what: str) -> bool:
+    """Whether ``y`` shows the known difference ``(plugin, what)`` (its
+    version is ``since`` or later); a pair not in `KNOWN_DIFFERENCES` is a
+    KeyError, so each difference a test accepts is named there."""
+    return _release(y.version) >= _release(KNOWN_DIFFERENCES[(plugin, what)].since)
+
+
+def as_go(y: Yardstick, plugin: str, doc: dict | None) -> dict | None:
+    """Our result ``doc`` of ``plugin`` as ``y``'s Go prints it: each known
+    result difference of ``plugin`` that ``y`` shows applied (for 1.1.1,
+    none: ``doc`` itself)."""
+    if doc is None or not isinstance(doc, dict):
+        return doc
+    out = dict(doc)
+    if (str(out.get("cniVersion", "")).startswith("1.") and out.get("dns") == {}
+            and (plugin, "empty dns") in KNOWN_DIFFERENCES and differs(y, plugin, "empty dns")):
+        del out["dns"]
+    return out
+
+
+def key_order(y: Yardstick, plugin: str, doc: dict) -> list[str]:
+    """The top-level keys of ``doc`` (ours, `as_go` applied) in the order
+    ``y``'s Go prints them: ours, or sorted where ``y`` shows the known
+    ``(plugin, "key order")`` difference (1.0.0+ results)."""
+    if str(doc.get("cniVersion", "")).startswith("1.") and differs(y, plugin, "key order"):
+        return sorted(doc)
+    return list(doc)
