@@ -104,6 +104,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # caller's shell would redirect every launcher.
     os.environ.pop(protocol.SOCKET_ENV, None)
     os.environ.pop(protocol.REQUIRED_ENV, None)
+    # Read by tests/yardsticks.py at import; a CNI_* variable would reach
+    # plugins through the runtime tests (they pass CNI_* on).
+    os.environ.pop(yardsticks.LATEST_ENV, None)
     # Tests marked kernel(...) the host's kernel can not run go to one VM
     # (tests/kernelvm.py), whose pytest runs them in the same modes.
     config.pluginmanager.register(kernelvm.KernelVM({MODES_ENV: ",".join(MODES)}), "kernelvm")

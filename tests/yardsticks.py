@@ -25,7 +25,8 @@ from dataclasses import dataclass
 #: Debian's Go plugins (1.1.1 in bookworm).
 GO_DEBIAN_DIR = "/usr/lib/cni"
 #: Where `make go-latest` builds upstream v1.9.1 (its VERSION file names the build).
-GO_LATEST_DIR = os.environ.get("CNI_SKEL_GO_LATEST", "/var/cache/cni-skel/go-plugins-v1.9.1")
+LATEST_ENV = "CNI_SKEL_GO_LATEST"
+GO_LATEST_DIR = os.environ.get(LATEST_ENV, "/var/cache/cni-skel/go-plugins-v1.9.1")
 
 
 @dataclass(frozen=True)
