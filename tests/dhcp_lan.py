@@ -402,6 +402,7 @@ class GoDhcpDaemon(_Process):
     started by the constructor and waited for until the socket accepts
     connections (``start_timeout`` s at most, else RuntimeError).
 
+    ``binary``: another build's dhcp (Go 1.9.1's takes the same flags).
     Its 1.1.1 flags: ``timeout`` (one DHCP exchange, Go's default 10 s),
     ``resendmax`` (the most it backs off between resends, default 62 s),
     ``broadcast`` (ask for broadcast replies), ``hostprefix`` (a prefix
@@ -416,7 +417,7 @@ class GoDhcpDaemon(_Process):
                  socket_path: str | os.PathLike[str] | None = None,
                  timeout: float | None = None, resendmax: float | None = None,
                  broadcast: bool = False, hostprefix: str | None = None,
-                 start_timeout: float = 10.0) -> None:
+                 start_timeout: float = 10.0, binary: str = GO_DHCP) -> None:
         base = Path(tmp_dir)
         base.mkdir(parents=True, exist_ok=True)
         self._short_dir: str | None = None
@@ -427,7 +428,7 @@ class GoDhcpDaemon(_Process):
         self.socket_path = sock
         self.log_file = base / "dhcp-daemon.log"
         self.pid_file = base / "dhcp-daemon.pid"
-        self.argv = [GO_DHCP, "daemon", "-socketpath", sock, "-pidfile", str(self.pid_file)]
+        self.argv = [binary, "daemon", "-socketpath", sock, "-pidfile", str(self.pid_file)]
         if timeout is not None:
             self.argv += ["-timeout", f"{timeout}s"]
         if resendmax is not None:
