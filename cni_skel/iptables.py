@@ -56,8 +56,19 @@ class IPTables:
 
     def _run(self, args: Sequence[str], *, absent: tuple[int, ...] = ()) -> bool:
         argv = [self.tool, "-w", str(self.wait), "-t", self.table, *args]
+        proc = self._exec(argv)
+        if proc.returncode == 0:
+            return True
+        if proc.returncode in absent:
+            return False
+        raise CNIError(ERR_INTERNAL, f"{' '.join(argv)} exited {proc.returncode}",
+                       proc.stderr.decode(errors="replace").strip())
+
+    def _exec(self, argv: list[str], stdin: bytes | None = None
+              ) -> subprocess.CompletedProcess:
         try:
-            proc = subprocess.run(argv, capture_output=True, timeout=self.timeout, check=False)
+            return subprocess.run(argv, input=stdin, capture_output=True, timeout=self.timeout,
+                                  check=False)
         except FileNotFoundError:  # not on PATH (exec tells; no look-up per command)
             raise CNIError(ERR_INTERNAL, f"{self.tool} not found",
                            "the iptables package (iptables-nft or -legacy) is needed") from None
@@ -67,12 +78,32 @@ class IPTables:
         except OSError as exc:  # E2BIG for a huge rule, EACCES, ...
             raise CNIError(ERR_INTERNAL, f"{self.tool} could not be run: {exc.strerror or exc}",
                            " ".join(argv)[:500]) from None
-        if proc.returncode == 0:
-            return True
-        if proc.returncode in absent:
-            return False
-        raise CNIError(ERR_INTERNAL, f"{' '.join(argv)} exited {proc.returncode}",
-                       proc.stderr.decode(errors="replace").strip())
+
+    def list_rules(self, chain: str) -> list[str]:
+        """``chain``'s rules as ``iptables -S`` prints them (``-A <chain>
+        ...`` lines, its ``-N`` line first); [] when the chain is missing.
+        One command however long the chain: reading it once beats a ``-C``
+        per rule, each of which reads the whole chain (iptables-nft)."""
+        argv = [self.tool, "-w", str(self.wait), "-t", self.table, "-S", chain]
+        proc = self._exec(argv)
+        if proc.returncode in _NO:
+            return []
+        if proc.returncode != 0:
+            raise CNIError(ERR_INTERNAL, f"{' '.join(argv)} exited {proc.returncode}",
+                           proc.stderr.decode(errors="replace").strip())
+        return proc.stdout.decode(errors="replace").splitlines()
+
+    def restore(self, commands: Sequence[str]) -> None:
+        """Apply ``commands`` (``-A``/``-D``/``-I`` lines of this table,
+        without the table's name) in one ``iptables-restore --noflush``
+        transaction: all of them, or none (CNIError 999 naming the tool and
+        its stderr)."""
+        text = "\n".join([f"*{self.table}", *commands, "COMMIT", ""]).encode()
+        argv = [f"{self.tool}-restore", "-w", str(self.wait), "--noflush"]
+        proc = self._exec(argv, text)
+        if proc.returncode != 0:
+            raise CNIError(ERR_INTERNAL, f"{' '.join(argv)} exited {proc.returncode}",
+                           proc.stderr.decode(errors="replace").strip())
 
     def chain_exists(self, chain: str) -> bool:
         """Whether ``chain`` exists (``-S <chain>``, its listing unread)."""

@@ -33,9 +33,9 @@ Source: containernetworking/plugins 1.1.1 plugins/meta/firewall
 from __future__ import annotations
 
 import ipaddress
-import subprocess
 from collections.abc import Iterable
 
+from cni_skel.errors import CNIError
 from cni_skel.ipset import IPSets
 from cni_skel.iptables import IPTables
 
@@ -177,32 +177,21 @@ class Layout:
                 out[ip] = None
         return out
 
-    def _command(self, *args: str, stdin: bytes | None = None
-                 ) -> subprocess.CompletedProcess | None:
-        try:
-            return subprocess.run(list(args), input=stdin, capture_output=True,
-                                  timeout=self.ipt.timeout, check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-
     def _listing(self) -> list[str] | None:
-        """``iptables -S CNI-FORWARD``'s lines (none without the chain);
-        None when it can not be listed (the caller asks rule by rule)."""
-        proc = self._command(self.ipt.tool, "-w", str(self.ipt.wait), "-t", self.ipt.table,
-                             "-S", PRIV_CHAIN)
-        if proc is None or proc.returncode not in (0, 1):
+        """CNI-FORWARD's ``-S`` lines ([] without the chain); None when it
+        can not be listed (the caller asks rule by rule)."""
+        try:
+            return self.ipt.list_rules(PRIV_CHAIN)
+        except CNIError:
             return None
-        if proc.returncode == 1:  # no such chain: no rule in it
-            return []
-        return proc.stdout.decode(errors="replace").splitlines()
 
     def _restore(self, commands: list[str]) -> bool:
-        """``commands`` (``-D CHAIN ...`` lines) in one ``iptables-restore
-        --noflush`` of the table: all applied, or none and False."""
-        text = "\n".join([f"*{self.ipt.table}", *commands, "COMMIT", ""]).encode()
-        proc = self._command(f"{self.ipt.tool}-restore", "-w", str(self.ipt.wait), "--noflush",
-                             stdin=text)
-        return proc is not None and proc.returncode == 0
+        """``commands`` in one transaction: all applied, or none and False."""
+        try:
+            self.ipt.restore(commands)
+        except CNIError:
+            return False
+        return True
 
 
 def isolate_bridge(version: int, bridge: str, *, isolated: bool) -> None:
