@@ -111,10 +111,10 @@ PUBLIC = (*_EXPORTS, "Rollback", "rollback")
 #: The submodules whose ``__all__`` is public API, as dotted names below
 #: ``cni_skel`` (docs/stability.md; the snapshot in api/ covers exactly these).
 PUBLIC_MODULES = (
-    "announce", "args", "cli", "config", "conntrack", "env", "errors", "gorules", "harness",
-    "invoke", "ipam", "ipset", "iptables", "keeper", "masq", "model", "netlink", "netns", "nft",
-    "rollback", "rtnl", "runtime", "skel", "state", "sysctl", "tags", "tc", "testing", "types",
-    "version", "veth",
+    "announce", "args", "cli", "config", "conntrack", "env", "errors", "gomasq", "gorules",
+    "harness", "invoke", "ipam", "ipset", "iptables", "keeper", "masq", "model", "netlink",
+    "netns", "nft", "rollback", "rtnl", "runtime", "skel", "state", "sysctl", "tags", "tc",
+    "testing", "types", "version", "veth",
 )
 
 

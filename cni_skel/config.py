@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
@@ -27,6 +27,7 @@ __all__ = [
     "PREV_RESULT_MAX_ENTRIES",
     "GCAttachment",
     "IPAMConf",
+    "IPMasqBackend",
     "IfName",
     "NetConf",
     "config_error",
@@ -57,6 +58,13 @@ def _ifname(value: str) -> str:
 #: would refuse or rewrite (``br%d``) is refused with code 7, naming the key
 #: and the value, when the config is parsed: before any side effect.
 IfName = Annotated[str, AfterValidator(_ifname)]
+
+#: ``ipMasqBackend`` of Go's bridge and ptp (1.5.0+): None (the key absent)
+#: or ``"nftables"``: this project's masquerade (`cni_skel.masq`, per-network
+#: sets); ``"iptables"``: Go's chain per container (`cni_skel.gomasq`). Go
+#: takes iptables when the key is absent; ours is the one deliberate
+#: difference (docs/netfilter.md). Another value is code 7 naming the key.
+IPMasqBackend = Literal["nftables", "iptables"] | None
 
 
 class IPAMConf(CNIModel):

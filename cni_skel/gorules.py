@@ -46,10 +46,12 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from .errors import ERR_INTERNAL, ERR_TRY_AGAIN_LATER, CNIError
+from .iptables import IPTables, variant
 from .nft import GetChain, GetTable, Nft, NftError, lookup, rule_comments
 
 __all__ = [
     "FAMILIES",
+    "MULTICAST",
     "TABLES",
     "GoEntries",
     "GoHandOver",
@@ -60,7 +62,10 @@ __all__ = [
     "go_quote",
     "host_ports",
     "ipmasq_commands",
+    "ipmasq_rules",
+    "iptables_versions",
     "list_rules",
+    "node_report",
     "owner_comment",
     "parse_owner",
     "present",
@@ -71,6 +76,8 @@ __all__ = [
 #: The families and table names Go's plugins write to (iptables-nft's
 #: ``nat``/``filter`` tables, the nftables ``bridge nat`` of macspoofchk).
 FAMILIES = ("ip", "ip6", "bridge")
+#: What Go's masquerade never touches, per IP version.
+MULTICAST = {4: "224.0.0.0/4", 6: "ff00::/8"}
 TABLES = ("nat", "filter")
 _ATTEMPTS = 5
 _OWNER = re.compile(r'^(?:(?P<prefix>.*?) )?name: "(?P<net>(?:[^"\\]|\\.)*)" '
@@ -205,6 +212,75 @@ def present(where: Iterable[tuple[str, str, str | None]]) -> bool:
         asked.setdefault((family, table), []).append(
             GetTable() if chain is None else GetChain(chain))
     return any(any(lookup(family, table, queries)) for (family, table), queries in asked.items())
+
+
+def iptables_versions(table: str, chain: str) -> list[int]:
+    """The IP versions (4, 6) whose iptables ``table`` holds ``chain``,
+    whichever variant the node's ``iptables`` is (`cni_skel.iptables.variant`):
+    netlink point reads on iptables-nft (`present`: no listing), one
+    ``-S <chain>`` per version on iptables-legacy; a version without its
+    command is left out.
+
+    Raises:
+        NftError / CNIError: 999 when nfnetlink or iptables fails.
+    """
+    found = []
+    for version in (4, 6):
+        kind = variant(version)
+        if kind is None:
+            continue
+        if kind == "nft":
+            if present([("ip" if version == 4 else "ip6", table, chain)]):
+                found.append(version)
+        elif IPTables(version, table=table).chain_exists(chain):
+            found.append(version)
+    return found
+
+
+_MASQ_CHAIN = re.compile(r"-N CNI-[0-9a-f]{24}$")
+
+
+def node_report() -> list[str]:
+    """What the Go plugins left in this network namespace, one line per
+    kind found (nothing on a node where they never ran): their iptables
+    masquerade chains (``CNI-<24 hex>``, one per container of bridge/ptp's
+    iptables backend, or ours with ``ipMasqBackend: "iptables"``) and
+    portmap DNAT chains (``CNI-DN-``) per IP version, macspoofchk's
+    ``bridge nat`` rules, and Go 1.9.1's nftables backends' rules
+    (``inet cni_plugins_masquerade``, ``ip``/``ip6 cni_hostport``). For
+    ``cni-skel doctor``: it lists whole tables.
+
+    Raises:
+        CNIError / NftError: 999 when iptables or nftables can not be read.
+    """
+    lines = []
+    for version in (4, 6):
+        if variant(version) is None:
+            continue
+        ipt = IPTables(version, table="nat")
+        listed = ipt.list_rules()
+        masq = sum(1 for ln in listed if _MASQ_CHAIN.match(ln))
+        dnat = sum(1 for ln in listed if ln.startswith("-N CNI-DN-"))
+        if masq:
+            lines.append(f"{ipt.tool} nat: {masq} masquerade chain(s) CNI-<hash> of Go's "
+                         "layout (bridge/ptp ipMasq; a DEL of ours removes a pod's)")
+        if dnat:
+            lines.append(f"{ipt.tool} nat: {dnat} portmap DNAT chain(s) CNI-DN-<hash> of Go's "
+                         "layout (a DEL of ours removes a pod's)")
+    nft = Nft()
+    for family, table, what in (("bridge", "nat", "macspoofchk rules of Go's bridge"),
+                                ("inet", "cni_plugins_masquerade",
+                                 "masquerade rules of Go 1.9.1's nftables backend"),
+                                ("ip", "cni_hostport", "host-port rules of Go 1.9.1's portmap"),
+                                ("ip6", "cni_hostport", "host-port rules of Go 1.9.1's portmap")):
+        if not present([(family, table, None)]):
+            continue
+        rules = [r for r in list_rules(nft, (family,), (table,)) if r.comment]
+        if family == "bridge":
+            rules = [r for r in rules if r.comment.startswith("macspoofchk-")]
+        if rules:
+            lines.append(f"nftables {family} {table}: {len(rules)} {what}")
+    return lines
 
 
 def chain_present(nft: Nft, where: Iterable[tuple[str, str, str]]) -> bool:
@@ -395,36 +471,46 @@ class GoHandOver:
     run_go: Callable[[str], Any]
 
 
+def ipmasq_rules(network: str, container_id: str,
+                 addrs: Iterable[ipaddress.IPv4Interface | ipaddress.IPv6Interface]
+                 ) -> dict[int, list[list[str]]]:
+    """Go's iptables layout for ``addrs`` (pod address with its subnet's
+    prefix, as ``ips[].address``): per IP version, the rules as ``iptables
+    -S`` lists them, as argv lists (``["-A", chain, "-d", ...]``), without
+    the ``-N`` line, in Go's order with duplicates dropped."""
+    chain = chain_name(network, container_id)
+    comment = ["-m", "comment", "--comment", owner_comment(network, container_id)]
+    out: dict[int, list[list[str]]] = {}
+    for a in addrs:
+        host = f"{a.ip}/{a.max_prefixlen}"
+        rules = out.setdefault(a.version, [])
+        for rule in (["-A", chain, "-d", str(a.network), *comment, "-j", "ACCEPT"],
+                     ["-A", chain, "!", "-d", MULTICAST[a.version], *comment,
+                      "-j", "MASQUERADE"],
+                     ["-A", "POSTROUTING", "-s", host, *comment, "-j", chain]):
+            if rule not in rules:
+                rules.append(rule)
+    return out
+
+
 def ipmasq_commands(network: str, container_id: str,
                     addrs: Iterable[ipaddress.IPv4Interface | ipaddress.IPv6Interface]
                     ) -> list[list[str]]:
-    """The commands Go bridge's ADD runs for ``ipMasq`` (1.1.1
-    ``ip.SetupIPMasq``, iptables backend), as argv lists: per address, the
-    chain ``CNI-<hash>`` in table nat accepting traffic to the pod's subnet
-    and masquerading the rest but multicast, and the ``POSTROUTING`` jump for
-    the pod's address, all commented `owner_comment`. Go's DEL of the pod
+    """The commands Go bridge's ADD runs for ``ipMasq`` (``ip.SetupIPMasq``,
+    iptables backend), as argv lists: per IP version, ``-N`` of the chain
+    ``CNI-<hash>`` in table nat, then `ipmasq_rules` (accept traffic to the
+    pod's subnet, masquerade the rest but multicast, the ``POSTROUTING``
+    jump per address), all commented `owner_comment`. Go's DEL of the pod
     deletes exactly these and fails when its chain is missing (iptables-nft
     answers "Chain ... does not exist", which Go does not take for "already
     gone"); they can only be written through iptables (libnftables' JSON
     cannot write an xtables comment match)."""
     chain = chain_name(network, container_id)
-    comment = owner_comment(network, container_id)
     out: list[list[str]] = []
-    made: set[str] = set()
-    for a in addrs:
-        tool = "iptables" if a.version == 4 else "ip6tables"
-        multicast = "224.0.0.0/4" if a.version == 4 else "ff00::/8"
-        if tool not in made:
-            made.add(tool)
-            out.append([tool, "-t", "nat", "-N", chain, "--wait"])
-        out += [
-            [tool, "-t", "nat", "-A", chain, "-d", str(a.network), "-j", "ACCEPT",
-             "-m", "comment", "--comment", comment, "--wait"],
-            [tool, "-t", "nat", "-A", chain, "!", "-d", multicast, "-j", "MASQUERADE",
-             "-m", "comment", "--comment", comment, "--wait"],
-            [tool, "-t", "nat", "-A", "POSTROUTING", "-s", str(a.ip), "-j", chain,
-             "-m", "comment", "--comment", comment, "--wait"],
-        ]
+    for version, rules in ipmasq_rules(network, container_id, addrs).items():
+        tool = "iptables" if version == 4 else "ip6tables"
+        out.append([tool, "-t", "nat", "-N", chain, "--wait"])
+        out += [[tool, "-t", "nat", *rule, "--wait"] for rule in rules]
     return out
 
 

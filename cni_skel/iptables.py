@@ -20,12 +20,15 @@ Source: coreos/go-iptables as used by containernetworking/plugins 1.1.1
 
 from __future__ import annotations
 
+import functools
+import os
+import shutil
 import subprocess
 from collections.abc import Sequence
 
 from .errors import ERR_INTERNAL, CNIError
 
-__all__ = ["IPTables"]
+__all__ = ["IPTables", "variant"]
 
 _TOOLS = {4: "iptables", 6: "ip6tables"}
 _NO = (1,)  # iptables' exit status for "no such rule / chain"
@@ -33,6 +36,24 @@ _NO = (1,)  # iptables' exit status for "no such rule / chain"
 # exist: for a question that is "no"; a rule that is really malformed fails
 # loudly when it is then inserted.
 _NO_RULE = (1, 2)
+
+
+@functools.lru_cache(maxsize=4)
+def variant(version: int = 4) -> str | None:
+    """Which iptables the node's ``iptables`` (``ip6tables``) command is:
+    ``"nft"`` (iptables-nft: its tables are nftables tables, readable by
+    netlink point reads), ``"legacy"`` (x_tables), or None when the command
+    is not on PATH. Read from the command's link target (Debian's
+    alternatives: ``xtables-nft-multi`` / ``xtables-legacy-multi``), so no
+    command is run; a target naming neither counts as ``"legacy"`` (ask the
+    command itself)."""
+    path = shutil.which(_TOOLS[version])
+    if path is None:
+        return None
+    target = os.path.basename(os.path.realpath(path))
+    if "nft" in target:
+        return "nft"
+    return "legacy"
 
 
 class IPTables:
@@ -79,12 +100,15 @@ class IPTables:
             raise CNIError(ERR_INTERNAL, f"{self.tool} could not be run: {exc.strerror or exc}",
                            " ".join(argv)[:500]) from None
 
-    def list_rules(self, chain: str) -> list[str]:
+    def list_rules(self, chain: str | None = None) -> list[str]:
         """``chain``'s rules as ``iptables -S`` prints them (``-A <chain>
         ...`` lines, its ``-N`` line first); [] when the chain is missing.
         One command however long the chain: reading it once beats a ``-C``
-        per rule, each of which reads the whole chain (iptables-nft)."""
-        argv = [self.tool, "-w", str(self.wait), "-t", self.table, "-S", chain]
+        per rule, each of which reads the whole chain (iptables-nft).
+        Without ``chain``, the whole table (``-P``/``-N`` lines, then the
+        rules): for a report, not a per-pod verb (kube-proxy's nat is large)."""
+        argv = [self.tool, "-w", str(self.wait), "-t", self.table, "-S",
+                *([chain] if chain is not None else [])]
         proc = self._exec(argv)
         if proc.returncode in _NO:
             return []
@@ -104,6 +128,20 @@ class IPTables:
         if proc.returncode != 0:
             raise CNIError(ERR_INTERNAL, f"{' '.join(argv)} exited {proc.returncode}",
                            proc.stderr.decode(errors="replace").strip())
+
+    def remove_chain(self, chain: str, referrers: Sequence[str]) -> bool:
+        """Delete ``chain`` and every rule of the chains ``referrers`` that
+        jumps to it (``... -j <chain>`` as ``-S`` prints it), in one
+        ``iptables-restore``: what go ``chain.teardown`` of
+        containernetworking/plugins does rule by rule. False (nothing run)
+        when the chain is missing; the ``-S`` lines are replayed as ``-D``
+        lines, so nothing of them is parsed."""
+        if not self.list_rules(chain):
+            return False
+        jumps = [line for ref in referrers for line in self.list_rules(ref)
+                 if line.startswith("-A ") and line.endswith(f" -j {chain}")]
+        self.restore([f"-D{line[2:]}" for line in jumps] + [f"-F {chain}", f"-X {chain}"])
+        return True
 
     def chain_exists(self, chain: str) -> bool:
         """Whether ``chain`` exists (``-S <chain>``, its listing unread)."""

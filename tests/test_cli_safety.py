@@ -199,7 +199,7 @@ BAD = {
     "bridge-mtu-type": ({"bridge": {"mtu": "big"}}, "bridge", 7),
     "bridge-hairpin-and-promisc": ({"bridge": {"hairpinMode": True, "promiscMode": True}},
                                    "bridge", 7),
-    "bridge-masq-backend": ({"bridge": {"ipMasqBackend": "iptables"}}, "bridge", 2),
+    "bridge-masq-backend": ({"bridge": {"ipMasqBackend": "bogus"}}, "bridge", 7),
     "ipam-subnet-type": ({"ipam": {"ranges": [[{"subnet": 10}]]}}, "bridge", 7),
     "ipam-range-start-outside": ({"ipam": {"ranges": [[{"subnet": SUBNET,
                                                          "rangeStart": "10.78.0.5"}]]}},
@@ -211,7 +211,7 @@ BAD = {
     "tuning-mtu-type": ({"tuning": {"mtu": "big"}}, "tuning", 7),
     "tuning-sysctl-outside-net": ({"tuning": {"sysctl": {"kernel.panic": "1"}}}, "tuning", 7),
     "portmap-snat-type": ({"portmap": {"snat": "yes"}}, "portmap", 7),
-    "portmap-backend": ({"portmap": {"backend": "iptables"}}, "portmap", 2),
+    "portmap-backend": ({"portmap": {"backend": "bogus"}}, "portmap", 7),
 }
 INDEX = {"bridge": 1, "tuning": 2, "portmap": 3}
 

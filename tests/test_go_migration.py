@@ -19,14 +19,16 @@ import subprocess
 import sys
 
 import pytest
+import yardsticks
 from test_portmap import CLIENT4, NODE4, Echo, ip, sysctls, talk, unreachable
 
-from cni_skel import gorules
+from cni_skel import gomasq, gorules
 from cni_skel.errors import CNIError
 from cni_skel.harness import nft_table, run_plugin
 from cni_skel.netns import NetNS
 from cni_skel.nft import attachment_tag
 from cni_skel.runtime import Runtime, RuntimeConf, load_file
+from plugins.portmap import goiptables
 
 NET = "mignet"
 BRIDGE = "migbr0"
@@ -88,6 +90,18 @@ def go_rules(node, cid: str) -> list[gorules.GoRule]:
 def go_chains(node) -> set[str]:
     table = nft_table(node, "ip", "nat")
     return set(table.chains) if table is not None else set()
+
+
+def go_masq_nft(node, cid: str) -> list[gorules.GoRule]:
+    """Go 1.9.1 bridge's nftables masquerade rules of ``cid``'s eth0."""
+    with NetNS.open(node.path) as n:
+        return n.run(gomasq.nft_rules, NET, cid, "eth0")
+
+
+def go_portmap_nft(node, cid: str) -> list[gorules.GoRule]:
+    """Go 1.9.1 portmap's nftables rules (``cni_hostport``) of ``cid``."""
+    with NetNS.open(node.path) as n:
+        return n.run(goiptables.nft_rules, cid)
 
 
 def ours_tagged(node, cid: str) -> list[str]:
@@ -162,6 +176,79 @@ def test_go_pod_then_ours(cni_bin, go_yardstick, node, client, netns_factory, tm
     assert ours_tagged(node, "ours-1") == []
 
 
+def test_go_nftables_pod_then_ours(cni_bin, node, client, netns_factory, tmp_path):
+    """Go 1.9.1 with both nftables backends (``ipMasqBackend`` and portmap
+    ``backend``: tables ``inet cni_plugins_masquerade``, ``ip``/``ip6
+    cni_hostport``): once ours are installed the pod's host port keeps
+    answering, CHECK of ours passes for it (the same config: to ours the
+    key means our own nftables backend), our DEL removes Go's rules of it
+    and nothing of another Go pod."""
+    go = yardsticks.LATEST
+    if not go.has("portmap"):
+        pytest.fail(f"Go v{go.version} is missing in {go.dir}: run `make go-latest`")
+    bc = bridge_conf(tmp_path) | {"ipMasqBackend": "nftables"}
+    pods = {cid: pod_ns(netns_factory) for cid in ("go-nft-1", "go-nft-2")}
+    results = {}
+    for i, (cid, ns) in enumerate(pods.items()):
+        kw = {"container_id": cid, "netns": ns.path, "node": node, "cni_path": go.dir}
+        results[cid] = r = run_plugin(go.exe("bridge"), "ADD", bc, **kw)
+        run_plugin(go.exe("portmap"), "ADD", pm_conf(r, PORT + i) | {"backend": "nftables"},
+                   **kw)
+    assert go_masq_nft(node, "go-nft-1") and go_portmap_nft(node, "go-nft-1")
+    assert gorules.chain_name(NET, "go-nft-1") not in go_chains(node)  # no iptables of Go's
+    ours = {n: os.path.join(cni_bin, n) for n in ("bridge", "portmap")}
+    r = results["go-nft-1"]
+    kw = {"container_id": "go-nft-1", "netns": pods["go-nft-1"].path, "node": node}
+    pmc = pm_conf(r) | {"backend": "nftables"}
+    with Echo(pods["go-nft-1"], 80):
+        assert talk(client, NODE4, PORT) == CLIENT4
+        run_plugin(ours["bridge"], "CHECK", bc | {"prevResult": r}, **kw)
+        run_plugin(ours["portmap"], "CHECK", pmc, **kw)
+        assert talk(client, NODE4, PORT) == CLIENT4
+    run_plugin(ours["portmap"], "DEL", pmc, **kw)
+    run_plugin(ours["bridge"], "DEL", bc, **kw)
+    run_plugin(ours["bridge"], "DEL", bc, **kw)  # again: nothing left, no error
+    assert go_masq_nft(node, "go-nft-1") == [] and go_portmap_nft(node, "go-nft-1") == []
+    assert go_masq_nft(node, "go-nft-2") and go_portmap_nft(node, "go-nft-2")
+    assert unreachable(client, NODE4, PORT)
+    # Go's DEL of the other pod after ours ran: still clean
+    kw2 = {"container_id": "go-nft-2", "netns": pods["go-nft-2"].path, "node": node,
+           "cni_path": go.dir}
+    run_plugin(go.exe("portmap"), "DEL", pm_conf(results["go-nft-2"], PORT + 1)
+               | {"backend": "nftables"}, **kw2)
+    run_plugin(go.exe("bridge"), "DEL", bc, **kw2)
+    assert go_masq_nft(node, "go-nft-2") == [] and go_portmap_nft(node, "go-nft-2") == []
+
+
+def test_doctor_names_what_go_left(cni_bin, node, netns_factory, tmp_path):
+    """`cni-skel doctor` run in the node lists Go 1.9.1's state: a pod of
+    its iptables defaults (a masquerade chain, a DNAT chain) and one of its
+    nftables backends (rules in both tables); nothing of Go's, no section."""
+    go = yardsticks.LATEST
+    if not go.has("portmap"):
+        pytest.fail(f"Go v{go.version} is missing in {go.dir}: run `make go-latest`")
+    doctor = [os.path.join(os.path.dirname(sys.executable), "cni-skel"), "doctor",
+              "--bin-dir", cni_bin]
+
+    def report() -> str:
+        return subprocess.run(["ip", "netns", "exec", node.name, *doctor], capture_output=True,
+                              text=True, timeout=60, check=False).stdout
+
+    assert "the Go plugins' state" not in report()
+    for i, (cid, backend) in enumerate((("go-ipt", None), ("go-nft", "nftables"))):
+        keys = {"ipMasqBackend": backend} if backend else {}
+        pm_keys = {"backend": backend} if backend else {}
+        kw = {"container_id": cid, "netns": pod_ns(netns_factory).path, "node": node,
+              "cni_path": go.dir}
+        r = run_plugin(go.exe("bridge"), "ADD", bridge_conf(tmp_path) | keys, **kw)
+        run_plugin(go.exe("portmap"), "ADD", pm_conf(r, PORT + i) | pm_keys, **kw)
+    out = report()
+    assert "iptables nat: 1 masquerade chain(s)" in out, out
+    assert "iptables nat: 1 portmap DNAT chain(s)" in out, out
+    assert "nftables inet cni_plugins_masquerade: 1 masquerade rules" in out, out
+    assert "nftables ip cni_hostport: 3 host-port rules" in out, out
+
+
 def test_gc_removes_go_entries_of_stale_pods(cni_bin, go_yardstick, node, netns_factory,
                                              tmp_path):
     """GC of ours removes the Go entries of this network's containers that
@@ -183,16 +270,22 @@ def test_gc_removes_go_entries_of_stale_pods(cni_bin, go_yardstick, node, netns_
     assert gorules.chain_name(NET, "go-a") not in go_chains(node)
 
 
-def test_migrate_to_go(cni_bin, go_yardstick, node, client, netns_factory, tmp_path):
+@pytest.mark.parametrize("backend", [None, "iptables", "nftables"])
+def test_migrate_to_go(backend, cni_bin, go_yardstick, node, client, netns_factory, tmp_path):
     """The way back: pods of ours (through the runtime, so libcni's cache
     knows them), `cni-skel migrate --to-go`, traffic to the host port goes
     on (now through Go's rules), nothing of ours stays, and Go's DEL of the
-    pod succeeds and leaves nothing."""
+    pod succeeds and leaves nothing. ``backend``: the conflist's
+    ``ipMasqBackend`` and portmap ``backend`` (1.1.1 reads neither key and
+    writes iptables; 1.9.1's portmap ADD then writes its nftables rules)."""
     conf_dir, cache = tmp_path / "net.d", tmp_path / "cache"
     conf_dir.mkdir()
+    keys = {"ipMasqBackend": backend} if backend else {}
+    pm_keys = {"backend": backend} if backend else {}
     conflist = {"cniVersion": "1.0.0", "name": NET, "plugins": [
-        {k: v for k, v in bridge_conf(tmp_path).items() if k not in ("cniVersion", "name")},
-        {"type": "portmap", "snat": True, "capabilities": {"portMappings": True}}]}
+        {k: v for k, v in bridge_conf(tmp_path).items() if k not in ("cniVersion", "name")}
+        | keys,
+        {"type": "portmap", "snat": True, "capabilities": {"portMappings": True}} | pm_keys]}
     (conf_dir / "mig.conflist").write_text(json.dumps(conflist))
     netlist = load_file(str(conf_dir / "mig.conflist"))
     cni = Runtime(str(conf_dir), [cni_bin], str(cache), plugin_netns=node.path)
@@ -207,25 +300,31 @@ def test_migrate_to_go(cni_bin, go_yardstick, node, client, netns_factory, tmp_p
         dry = subprocess.run(["ip", "netns", "exec", node.name, *cli, "--dry-run"],
                              capture_output=True, text=True, timeout=60, check=False)
         assert dry.returncode == 0, dry.stderr
-        assert "would run: iptables -t nat -N" in dry.stdout
-        assert ours_tagged(node, "ours-mig")  # a dry run changes nothing
+        assert "would make Go's masquerade rule: iptables -t nat -A POSTROUTING" in dry.stdout
+        # a dry run changes nothing (with "iptables" ours wrote Go's layout: no entries)
+        assert bool(ours_tagged(node, "ours-mig")) == (backend != "iptables")
         done = subprocess.run(["ip", "netns", "exec", node.name, *cli],
                               capture_output=True, text=True, timeout=60, check=False)
         assert done.returncode == 0, done.stdout + done.stderr
         # nothing of ours stays; Go's rules carry the pod now
         for family, name in (("inet", "cni_portmap"), ("inet", "cni_skel_bridge")):
             assert nft_table(node, family, name) is None, done.stdout
-        assert {r.comment for r in go_rules(node, "ours-mig")} >= {
-            gorules.owner_comment(NET, "ours-mig"), gorules.owner_comment(NET, "ours-mig",
-                                                                          "dnat")}
+        go_nft = backend == "nftables" and go_yardstick.version != "1.1.1"
+        want = {gorules.owner_comment(NET, "ours-mig")}
+        if not go_nft:
+            want.add(gorules.owner_comment(NET, "ours-mig", "dnat"))
+        assert {r.comment for r in go_rules(node, "ours-mig")} >= want
+        assert bool(go_portmap_nft(node, "ours-mig")) == go_nft
         assert talk(client, NODE4, PORT) == CLIENT4
 
     # Go's DEL of the pod we created succeeds and leaves nothing
     kw = {"container_id": "ours-mig", "netns": pod.path, "node": node,
           "cni_path": go_yardstick.dir}
-    run_plugin(os.path.join(go_yardstick.dir, "portmap"), "DEL", pm_conf(result), **kw)
-    run_plugin(os.path.join(go_yardstick.dir, "bridge"), "DEL", bridge_conf(tmp_path), **kw)
-    assert go_rules(node, "ours-mig") == []
+    run_plugin(os.path.join(go_yardstick.dir, "portmap"), "DEL", pm_conf(result) | pm_keys,
+               **kw)
+    run_plugin(os.path.join(go_yardstick.dir, "bridge"), "DEL", bridge_conf(tmp_path) | keys,
+               **kw)
+    assert go_rules(node, "ours-mig") == [] and go_portmap_nft(node, "ours-mig") == []
     assert gorules.chain_name(NET, "ours-mig") not in go_chains(node)
     assert unreachable(client, NODE4, PORT)
     assert not [p for p in (tmp_path / "ipam" / NET).iterdir()

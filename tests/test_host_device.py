@@ -485,6 +485,15 @@ def _fake_sys(root: pathlib.Path) -> pathlib.Path:
         if net:
             (dev / net).mkdir(parents=True)
     (sys_root / "devices" / "platform" / "nic1" / "net" / "hdev1").mkdir(parents=True)
+    # an auxiliary-bus device (a Mellanox SF): its netdev under net/, no PCI address
+    aux = sys_root / "bus" / "auxiliary" / "devices"
+    aux.mkdir(parents=True)
+    (devices / "0000:00:0a.0" / "mlx5_core.sf.2" / "net" / "hdev2").mkdir(parents=True)
+    (aux / "mlx5_core.sf.2").symlink_to("../../../devices/pci0000:00/0000:00:0a.0/"
+                                        "mlx5_core.sf.2")
+    (devices / "0000:00:0a.0" / "mlx5_core.sf.3").mkdir()  # one with no netdev
+    (aux / "mlx5_core.sf.3").symlink_to("../../../devices/pci0000:00/0000:00:0a.0/"
+                                        "mlx5_core.sf.3")
     return sys_root
 
 
@@ -535,8 +544,9 @@ def _dispatch(plugin, node, verb, c, pod, cni_path, cid="c1"):
 def test_pci_and_dpdk_through_the_plugin(netns_factory, tmp_path):
     """The whole plugin on a copy of /sys (``sys_root``): ``pciBusID`` and
     ``runtimeConfig.deviceID`` (which wins) move the netdev of that PCI
-    device; a device bound to vfio-pci (DPDK) has none: nothing moves, the
-    result has no interface, only IPAM runs (Go's)."""
+    device, an auxiliary-bus ``deviceID`` its netdev (Go >= 1.5); a device
+    bound to vfio-pci (DPDK) has none: nothing moves, only IPAM runs, the
+    result names the interface without a MAC (Go >= 1.7)."""
     fake = str(_fake_sys(tmp_path))
 
     class OnCopy(HostDevice):
@@ -547,22 +557,38 @@ def test_pci_and_dpdk_through_the_plugin(netns_factory, tmp_path):
     node, pod = netns_factory("cnsk-node"), netns_factory("cnsk-pod")
     make_device(node, "hdev0")
     make_device(node, "hdev1")
+    make_device(node, "hdev2")
     for keys, moved in (({"pciBusID": "0000:00:0a.0"}, "hdev1"),
                         ({"pciBusID": "0000:00:0a.0",
-                          "runtimeConfig": {"deviceID": "0000:00:09.0"}}, "hdev0")):
+                          "runtimeConfig": {"deviceID": "0000:00:09.0"}}, "hdev0"),
+                        # Go >= 1.5: an auxiliary-bus deviceID wins over pciBusID too
+                        ({"runtimeConfig": {"deviceID": "mlx5_core.sf.2"}}, "hdev2"),
+                        ({"pciBusID": "0000:00:0b.0",
+                          "runtimeConfig": {"deviceID": "mlx5_core.sf.2"}}, "hdev2")):
         c = conf(tmp_path, device="", **keys)
         result = _dispatch(OnCopy, node, "ADD", c, pod, str(bin_dir))
         assert state(pod, "eth0")["alias"] == moved and result["interfaces"][0]["name"] == "eth0"
         _dispatch(OnCopy, node, "CHECK", dict(c, prevResult=result), pod, str(bin_dir))
         _dispatch(OnCopy, node, "DEL", c, pod, str(bin_dir))
         assert state(node, moved)["up"] and names(pod) == ["lo"]
+    env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": pod.path,
+           "CNI_IFNAME": "eth0", "CNI_PATH": str(bin_dir), "PATH": os.environ["PATH"]}
+    with NetNS.open(node.path) as n, n.enter():
+        out, code = OnCopy.dispatch(env, json.dumps(conf(
+            tmp_path, device="", runtimeConfig={"deviceID": "mlx5_core.sf.3"})).encode())
+    net = "/sys/bus/auxiliary/devices/mlx5_core.sf.3/net"  # Go's linkFromPath words
+    assert code == 1 and json.loads(out)["msg"] == (
+        f'failed to find host device: failed to read directory {net}: "open {net}: no such '
+        'file or directory"'), out
+    # DPDK (Go >= 1.7): nothing moves; the interface is named, without a MAC
     dpdk = conf(tmp_path, device="", pciBusID="0000:00:0b.0")
-    assert _dispatch(OnCopy, node, "ADD", dpdk, pod, str(bin_dir)) == {"cniVersion": "1.0.0",
-                                                                      "dns": {}}
+    assert _dispatch(OnCopy, node, "ADD", dpdk, pod, str(bin_dir)) == {
+        "cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": pod.path}], "dns": {}}
     with_ipam = conf(tmp_path, ipam=True, device="", pciBusID="0000:00:0b.0")
     result = _dispatch(OnCopy, node, "ADD", with_ipam, pod, str(bin_dir))
     assert result["ips"] == [{"interface": 0, "address": "10.71.0.2/24", "gateway": "10.71.0.1"}]
-    assert "interfaces" not in result and names(pod) == ["lo"]
+    assert result["interfaces"] == [{"name": "eth0", "sandbox": pod.path}]
+    assert names(pod) == ["lo"]
     _dispatch(OnCopy, node, "CHECK", dict(with_ipam, prevResult=result), pod, str(bin_dir))
     _dispatch(OnCopy, node, "DEL", with_ipam, pod, str(bin_dir))
     assert allocated(tmp_path) == [] and saved_files(tmp_path) == []

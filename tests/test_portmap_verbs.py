@@ -53,12 +53,30 @@ def verb(exe, cmd, c, node, **kw):
 
 
 BAD = [
-    ({"backend": "iptables"}, 2, "backend"),
-    ({"backend": "nft"}, 2, "backend"),
-    ({"markMasqBit": 13}, 2, "markMasqBit"),
-    ({"externalSetMarkChain": "KUBE-MARK-MASQ"}, 2, "externalSetMarkChain"),
-    ({"conditionsV4": ["-s", "10.0.0.0/8"]}, 2, "conditionsV4"),
-    ({"conditionsV6": ["! -d ::1"]}, 2, "conditionsV6"),
+    ({"backend": "nft"}, 7, "backend"),
+    ({"backend": "ipchains"}, 7, "backend"),
+    # Go 1.9.1's parseConfig / ensureBackend refusals, in its words
+    ({"markMasqBit": 13, "externalSetMarkChain": "KUBE-MARK-MASQ"}, 7,
+     "Cannot specify externalSetMarkChain and markMasqBit"),
+    ({"markMasqBit": 32}, 7, "MasqMarkBit must be between 0 and 31"),
+    ({"markMasqBit": -1, "backend": "iptables"}, 7, "markMasqBit"),
+    ({"markMasqBit": "13"}, 7, "markMasqBit"),
+    ({"backend": "nftables", "conditionsV4": ["-s", "10.0.0.0/8"]}, 7,
+     "nftables backend was requested but configuration contains iptables-specific options "
+     "[conditionsV4]"),
+    ({"backend": "nftables", "externalSetMarkChain": "KUBE-MARK-MASQ"}, 7,
+     "externalSetMarkChain"),
+    ({"backend": "iptables", "conditionsV6": ["ip6 saddr fd00::1"]}, 7,
+     "iptables backend was requested but configuration contains nftables-specific options "
+     "[conditionsV6]"),
+    ({"conditionsV4": ["-s", "10.0.0.0/8"], "conditionsV6": ["ip6 saddr fd00::1"]}, 7,
+     "conditionsV6"),
+    # iptables-restore reads lines: no argument may hold a line break
+    ({"backend": "iptables", "conditionsV4": ["-s", "10.0.0.0/8\n-A INPUT -j DROP"]}, 7,
+     "conditionsV4: 1: an iptables argument holds a control character"),
+    ({"externalSetMarkChain": "BAD CHAIN"}, 7, "externalSetMarkChain"),
+    ({"externalSetMarkChain": "-j"}, 7, "externalSetMarkChain"),
+    ({"externalSetMarkChain": "X" * 29}, 7, "externalSetMarkChain"),
     ({"conditionsV4": "ip saddr 10.0.0.1"}, 7, "conditionsV4"),
     ({"conditionsV4": [5]}, 7, "conditionsV4.0"),
     ({"snat": "yes"}, 7, "snat"),

@@ -130,6 +130,9 @@ KNOWN_DIFFERENCES: dict[tuple[str, str], Difference] = {
         "1.5.0", "runtimeConfig.deviceID neither a PCI nor an auxiliary-bus device: 'runtime "
                  "config DeviceID <id> not found or unsupported' (handleDeviceID, d34720b5); "
                  "1.1.1 and ours: 'error with host device: lstat /sys/bus/pci/devices/<id>: ...'"),
+    ("portmap", "masqAll"): Difference(
+        "1.2.0", "reads masqAll (#772): hairpin marks match any source (0.0.0.0/0, ::/0) and "
+                 "the localhost mark goes; 1.1.1 predates the key and ignores it"),
     ("static", "cniVersion 1.1.0"): Difference(
         "1.6.0", "speaks CNI 1.1.0 (cni v1.2.x's version.All) and answers the 1.0.0 document "
                  "for it; 1.1.1 refuses it with code 1"),

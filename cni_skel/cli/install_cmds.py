@@ -15,6 +15,8 @@ from typing import Any
 
 import click
 
+from .. import gorules
+from ..errors import CNIError
 from ..plugin_template import names_for, render
 from ..warm import server
 from ..warm.doctor import diagnose
@@ -190,11 +192,21 @@ def doctor(bin_dir: str, systemd_dir: str, names: tuple[str, ...]) -> None:
     """Say how this node's plugins NAMES (default: all registered) run: mode
     (warm via systemd, warm in a DaemonSet, one-shot), the launchers (kind,
     fallback, versions, socket), the worker behind the socket (version,
-    uptime, protocols) and the one-shot fallbacks launchers logged. Exits 1
-    when something needs a fix (each listed with what to do)."""
+    uptime, protocols) and the one-shot fallbacks launchers logged; then
+    what the Go plugins left in this network namespace (`gorules.node_report`:
+    pods Go made, which ours CHECK and DEL as Go would). Exits 1 when
+    something needs a fix (each listed with what to do)."""
     found = diagnose(bin_dir, list(names) or sorted(plugin_registry()), systemd_dir)
     for line in found.lines:
         click.echo(line)
+    try:
+        go_state = gorules.node_report()
+    except CNIError as exc:  # no nftables or iptables here: nothing of Go's to report
+        go_state = [f"(not read: {exc.msg})"]
+    if go_state:
+        click.echo("the Go plugins' state in this network namespace:")
+        for line in go_state:
+            click.echo(f"  {line}")
     if found.problems:
         click.echo("problems:")
         for problem in found.problems:

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from cni_skel.args import K8sArgs, MacAddress
-from cni_skel.config import IfName, NetConf, unsupported
+from cni_skel.config import IfName, IPMasqBackend, NetConf
 from cni_skel.model import CNIModel
 
 __all__ = ["BridgeArgs", "BridgeConf", "BridgeConfArgs", "BridgeRuntimeConfig", "VlanTrunk"]
@@ -74,8 +74,9 @@ class BridgeConf(NetConf):
 
     Keys (Go's names and defaults): ``bridge`` ("cni0"), ``isGateway``,
     ``isDefaultGateway`` (implies isGateway), ``forceAddress``, ``ipMasq``,
-    ``ipMasqBackend`` (absent or "nftables"; anything else, "iptables"
-    included, is code 2), ``mtu`` (bytes, 0: kernel default), ``hairpinMode``,
+    ``ipMasqBackend`` (absent or "nftables": ours, `cni_skel.masq`;
+    "iptables": Go's chain per pod, `cni_skel.gomasq`), ``mtu`` (bytes, 0:
+    kernel default), ``hairpinMode``,
     ``promiscMode``, ``vlan`` (0-4094, 0: none), ``vlanTrunk``,
     ``preserveDefaultVlan``, ``macspoofchk``, ``enabledad``,
     ``disableContainerInterface``, ``portIsolation``, ``ipam``, ``dns``;
@@ -95,7 +96,7 @@ class BridgeConf(NetConf):
     is_default_gateway: bool = Field(False, alias="isDefaultGateway")
     force_address: bool = Field(False, alias="forceAddress")
     ip_masq: bool = Field(False, alias="ipMasq")
-    ip_masq_backend: str | None = Field(None, alias="ipMasqBackend")
+    ip_masq_backend: IPMasqBackend = Field(None, alias="ipMasqBackend")
     mtu: int = 0
     hairpin_mode: bool = Field(False, alias="hairpinMode")
     promisc_mode: bool = Field(False, alias="promiscMode")
@@ -115,14 +116,6 @@ class BridgeConf(NetConf):
     def _default_bridge(cls, value: Any) -> Any:
         # Go keeps the default when the key is absent; "" is not a name.
         return DEFAULT_BRIDGE if value in (None, "") else value
-
-    @field_validator("ip_masq_backend")
-    @classmethod
-    def _backend(cls, value: str | None) -> str | None:
-        if value is not None and value != "nftables":
-            raise unsupported("ipMasqBackend", value,
-                              "this bridge masquerades with nftables only")
-        return value
 
     @field_validator("mtu")
     @classmethod

@@ -7,7 +7,7 @@ import errno
 import ipaddress
 from typing import Any
 
-from cni_skel import gorules, netlink
+from cni_skel import gomasq, gorules, netlink
 from cni_skel.env import CmdArgs
 from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, CNIError
 from cni_skel.invoke import delegate_check, delegate_del, delegate_gc, delegate_status, ipam_add
@@ -178,59 +178,47 @@ _GO_FAMILIES = ("ip", "ip6", "bridge")
 _GO_TABLES = ("nat",)
 
 
-def _go_comments(network: str, container_id: str, ifname: str) -> set[str]:
-    """The comments of Go bridge's rules for one attachment: its masquerade
-    (``name: "<net>" id: "<cid>"``) and its MAC spoof check
-    (``macspoofchk-<cid>-<ifname>``)."""
-    return {gorules.owner_comment(network, container_id),
-            f"macspoofchk-{container_id}-{ifname}"}
+def _go_spoof_comment(container_id: str, ifname: str) -> str:
+    """The comment of Go bridge's MAC spoof-check rules of an attachment."""
+    return f"macspoofchk-{container_id}-{ifname}"
 
 
 def _go_remove(network: str, container_id: str, ifname: str, what: str) -> None:
-    """Remove Go bridge's rules and chains of this attachment (a pod Go
-    created and we DEL: Go's own DEL would have)."""
-    # Go's chain names are known (its masquerade chain; its spoof check's
-    # table): the tables are listed only when one exists.
-    chain = gorules.chain_name(network, container_id)
-    if not gorules.present([("ip", "nat", chain), ("ip6", "nat", chain),
-                            ("bridge", "nat", None)]):
-        return
-    comments = _go_comments(network, container_id, ifname)
-    gorules.remove(comments.__contains__, what, families=_GO_FAMILIES, tables=_GO_TABLES)
+    """Remove what Go's bridge made for this attachment (a pod Go created
+    and we DEL: Go's own DEL would have): its masquerade in either of Go's
+    layouts (`cni_skel.gomasq.teardown`, also the ``ipMasqBackend:
+    "iptables"`` pods of ours) and its MAC spoof-check chains."""
+    gomasq.teardown(network, container_id, ifname)
+    # Go's spoof check lives in table bridge nat: listed only when it exists.
+    if gorules.present([("bridge", "nat", None)]):
+        comment = _go_spoof_comment(container_id, ifname)
+        gorules.remove(comment.__eq__, what, families=("bridge",), tables=_GO_TABLES)
 
 
-def _go_gc(network: str, keep: set[str]) -> None:
-    """Remove Go bridge's masquerade rules of this network's containers not
-    in ``keep`` (container IDs). Go's macspoofchk comments do not name the
-    network, so only DEL removes those."""
-    def stale(comment: str) -> bool:
-        owner = gorules.parse_owner(comment)
-        return owner is not None and owner[0] == "" and owner[1] == network \
-            and owner[2] not in keep
-
-    gorules.remove(stale, "bridge GC of the Go plugin's rules", families=_GO_FAMILIES,
-                   tables=_GO_TABLES)
-
-
-def _go_missing(conf: BridgeConf, args: CmdArgs, versions: set[int]) -> list[str] | None:
+def _go_missing(conf: BridgeConf, args: CmdArgs, versions: set[int], *,
+                masq: bool = True) -> list[str] | None:
     """CHECK of a pod Go's bridge created: what of Go's rules for this
-    attachment is missing (Go's masquerade jump per IP family in
-    ``versions`` and its chain; its spoof-check rule), or None when Go made
-    nothing for it (then ours are what CHECK wants)."""
+    attachment is missing (Go's iptables masquerade jump per IP family in
+    ``versions`` and its chain, unless Go's nftables masquerade holds the
+    pod; its spoof-check rule), or None when Go made nothing for it (then
+    ours are what CHECK wants). ``masq`` False: the spoof check only."""
     rules = gorules.list_rules(None, _GO_FAMILIES, _GO_TABLES)
-    masq = gorules.owner_comment(conf.name, args.container_id)
-    spoof = f"macspoofchk-{args.container_id}-{args.ifname}"
-    if not any(r.comment in (masq, spoof) for r in rules):
+    comment = gorules.owner_comment(conf.name, args.container_id)
+    spoof = _go_spoof_comment(args.container_id, args.ifname)
+    masq = masq and conf.ip_masq and conf.layer3
+    # Go >= 1.5 with ipMasqBackend nftables: its masq_checks rules instead.
+    go_nft = masq and bool(gomasq.nft_rules(conf.name, args.container_id, args.ifname))
+    if not go_nft and not any(r.comment in (comment, spoof) for r in rules):
         return None
     chains = {(r.family, r.chain) for r in rules}
     problems = []
-    if conf.ip_masq and conf.layer3:
+    if masq and not go_nft:
         for v in sorted(versions):
             family = "ip" if v == 4 else "ip6"
             jumps = [r for r in rules if r.family == family and r.chain == "POSTROUTING"
-                     and r.comment == masq and r.jump]
+                     and r.comment == comment and r.jump]
             if not jumps or (family, jumps[0].jump) not in chains:
-                problems.append(f"Go bridge's IPv{v} masquerade rule ({masq}) is missing")
+                problems.append(f"Go bridge's IPv{v} masquerade rule ({comment}) is missing")
     if conf.macspoofchk and not any(r.comment == spoof and r.chain == "PREROUTING"
                                     for r in rules):
         problems.append(f"Go bridge's MAC spoof check rule ({spoof}) is missing")
@@ -334,7 +322,7 @@ class Bridge(Plugin):
         """For a pod that stays while the node goes back to Go's bridge
         (`cni_skel.skel.Plugin.hand_over_to_go`): with ``ipMasq``, the
         masquerade rules Go's bridge would have made at ADD
-        (`cni_skel.gorules.ipmasq_commands`: its DEL fails without its chain),
+        (`cni_skel.gomasq.hand_over`: its DEL fails without its chain),
         then our masquerade and spoof-check entries of the attachment are
         removed. Go's MAC spoof check is not recreated (said in the lines).
 
@@ -346,11 +334,7 @@ class Bridge(Plugin):
         prev = bconf.prev_result
         addrs = [ipc.address for ipc in prev.ips] if prev is not None else []
         if bconf.ip_masq and bconf.layer3 and addrs:
-            cmds = gorules.ipmasq_commands(bconf.name, handover.container_id, addrs)
-            if not dry_run:
-                gorules.run_commands(cmds, "bridge: Go's masquerade rules")
-            verb = "would run" if dry_run else "ran"
-            lines += [f"{verb}: {' '.join(c)}" for c in cmds]
+            lines += gomasq.hand_over(bconf.name, handover.container_id, addrs, dry_run=dry_run)
         elif bconf.ip_masq and not addrs:
             chain = gorules.chain_name(bconf.name, handover.container_id)
             lines.append("no cached addresses: Go's masquerade rules were not made; before "
@@ -412,7 +396,9 @@ class Bridge(Plugin):
                 Interface(name=args.ifname, mac=cont.mac, sandbox=args.netns),
             ])
             # nftables entries are collected here and applied in one transaction.
-            nft = Nft() if (conf.macspoofchk or (conf.ip_masq and conf.layer3)) else None
+            go_masq = conf.ip_masq and conf.ip_masq_backend == "iptables"
+            nft = Nft() if (conf.macspoofchk or (conf.ip_masq and conf.layer3
+                                                 and not go_masq)) else None
             elements: list[dict] = []
             layouts: list[list[dict]] = []
             if conf.macspoofchk:
@@ -432,7 +418,12 @@ class Bridge(Plugin):
                 _configure_container(netns, cipr, cont, result, conf)
                 if conf.is_gateway:
                     pinned = _setup_gateways(ipr, bridge, conf, result, gws)
-                if conf.ip_masq:
+                if go_masq:
+                    undo.callback("removing masquerade", gomasq.teardown, conf.name,
+                                  args.container_id, args.ifname)
+                    gomasq.setup_iptables(conf.name, args.container_id,
+                                          [ipc.address for ipc in result.ips])
+                elif conf.ip_masq:
                     masq = masquerade(conf.name, nft)
                     elements += masq.elements([ipc.address for ipc in result.ips], tag)
                     layouts.append(masq.layout())
@@ -551,14 +542,21 @@ class Bridge(Plugin):
                                f"CNI veth created for bridge {conf.bridge} was not found")
         problems: list[str] = []
         tag = attachment_tag(args.container_id, args.ifname)
-        if conf.ip_masq and conf.layer3:
+        # Go's layout, ours or Go's pod alike: named rule by rule
+        go_layout = conf.ip_masq and conf.layer3 and conf.ip_masq_backend == "iptables"
+        masq_problems = gomasq.missing_iptables(conf.name, args.container_id,
+                                                [ipc.address for ipc in prev.ips]) \
+            if go_layout else []
+        if conf.ip_masq and conf.layer3 and not go_layout:
             problems += masquerade(conf.name).missing([ipc.address for ipc in prev.ips], tag)
         if conf.macspoofchk:
             problems += SpoofCheck(conf.name).missing(host.name, cont.mac, tag)
         if problems:
-            go = _go_missing(conf, args, {ipc.address.version for ipc in prev.ips})
+            go = _go_missing(conf, args, {ipc.address.version for ipc in prev.ips},
+                             masq=not go_layout)
             if go is not None:  # a pod Go's bridge created: its rules, not ours
                 problems = go
+        problems = masq_problems + problems
         if problems:
             raise CNIError(ERR_INTERNAL, "; ".join(problems))
 
@@ -581,7 +579,7 @@ class Bridge(Plugin):
                 delegate_gc(conf.ipam.type, args.stdin_data, args)
             except CNIError as exc:
                 ipam_error = exc
-        _go_gc(conf.name, {a.container_id for a in conf.gc_keep()})
+        gomasq.gc(conf.name, {(a.container_id, a.ifname) for a in conf.gc_keep()})
         if conf.ip_masq or conf.macspoofchk:
             nft = Nft()
             for attempt in range(3):
@@ -608,5 +606,7 @@ class Bridge(Plugin):
         if conf.layer3:
             assert conf.ipam is not None
             delegate_status(conf.ipam.type, args.stdin_data, args)
-        if conf.ip_masq or conf.macspoofchk:
+        if conf.macspoofchk or (conf.ip_masq and conf.ip_masq_backend != "iptables"):
             nft_status()
+        if conf.ip_masq and conf.ip_masq_backend == "iptables":
+            gomasq.status()

@@ -9,7 +9,9 @@ Keys (matched case-insensitively, as every CNI key)::
     kernelpath              "/sys/devices/..." of the device (the directory
                             holding its net/)
     pciBusID                PCI address "0000:03:00.0"
-    runtimeConfig.deviceID  capability "deviceID": overrides pciBusID
+    runtimeConfig.deviceID  capability "deviceID": a PCI address (overrides
+                            pciBusID) or an auxiliary-bus device name
+                            (/sys/bus/auxiliary/devices/<name>, Go >= 1.5)
     ipam                    optional: without it the device is moved, L2 only
     dns                     the result's dns when there is IPAM (Go's)
     dataDir                 ours: where DEL finds what to restore, default
@@ -37,8 +39,8 @@ NO_DEVICE = 'specify either "device", "hwaddr", "kernelpath" or "pciBusID"'
 
 
 class HostDeviceRuntimeConfig(CNIModel):
-    """``runtimeConfig``: the ``deviceID`` capability (a PCI address, as a
-    device plugin hands it over)."""
+    """``runtimeConfig``: the ``deviceID`` capability (a PCI address or an
+    auxiliary-bus device, as a device plugin hands it over)."""
 
     device_id: str = Field("", alias="deviceID")
 

@@ -21,7 +21,7 @@ from cni_skel.types import DNS, Interface, Result, check_expressible
 from . import saved as saved_mod
 from .config import DEFAULT_DATA_DIR, HostDeviceConf
 from .saved import Saved, Store
-from .sysfs import SYS, find_device, has_dpdk_driver, parse_mac
+from .sysfs import SYS, device_id_kind, find_device, has_dpdk_driver, parse_mac
 
 __all__ = ["HostDevice"]
 
@@ -131,11 +131,21 @@ class HostDevice(Plugin):
 
     # --- config ------------------------------------------------------------------
 
+    def _names(self, conf: HostDeviceConf) -> tuple[str, str]:
+        """``(PCI address, auxiliary-bus device)`` in use, one of them "":
+        ``runtimeConfig.deviceID`` names either (Go >= 1.5, `device_id_kind`;
+        an auxiliary device overrides ``pciBusID`` too), else ``pciBusID``."""
+        dev = conf.runtime_config.device_id
+        if dev and device_id_kind(dev, self.sys_root) == "aux":
+            return "", dev
+        return conf.pci_addr, ""
+
     def _dpdk(self, conf: HostDeviceConf) -> bool:
         """Go's loadConf: the device named at all (7), and whether the PCI
         device is bound to a userspace driver (999 when /sys lacks it)."""
         conf.require_device()
-        return bool(conf.pci_addr) and has_dpdk_driver(conf.pci_addr, self.sys_root)
+        pci = self._names(conf)[0]
+        return bool(pci) and has_dpdk_driver(pci, self.sys_root)
 
     @staticmethod
     def _check_keys(conf: HostDeviceConf) -> None:
@@ -159,8 +169,9 @@ class HostDevice(Plugin):
 
     def _find(self, ipr: Rtnl, conf: HostDeviceConf) -> netlink.Link:
         try:
+            pci, aux = self._names(conf)
             return find_device(ipr, device=conf.device, hwaddr=conf.hwaddr,
-                               kernelpath=conf.kernelpath, pci_addr=conf.pci_addr,
+                               kernelpath=conf.kernelpath, pci_addr=pci, aux_dev=aux,
                                sys_root=self.sys_root)
         except CNIError as exc:
             raise CNIError(exc.code, f"failed to find host device: {exc.msg}",
@@ -175,7 +186,8 @@ class HostDevice(Plugin):
 
         Returns Go's result: ``interfaces`` [the device in the pod: name,
         MAC, sandbox]; with IPAM its ``ips`` (interface 0) and ``routes``
-        and the config's ``dns``. DPDK: no interface.
+        and the config's ``dns``. DPDK: nothing moves, the interface is
+        ``{name: CNI_IFNAME, sandbox}`` (Go >= 1.7; 1.1.1 names none).
 
         Any failure puts the device back on the node as it was and releases
         the IPAM address (Go 1.1.1 leaves the device in the pod).
@@ -199,6 +211,8 @@ class HostDevice(Plugin):
             cipr: Rtnl | None = None
             if dpdk:
                 undo = stack.enter_context(rollback(self.name))
+                # Go >= 1.7: the attachment is named even though nothing moves
+                iface = Interface(name=args.ifname, sandbox=args.netns)
             else:
                 ipr = stack.enter_context(Rtnl())
                 cipr = stack.enter_context(pod.rtnl())
@@ -280,9 +294,10 @@ class HostDevice(Plugin):
                 5 when the saved file can not be read or removed.
         """
         dpdk = False
-        if conf.pci_addr:
+        pci = self._names(conf)[0]
+        if pci:
             try:
-                dpdk = has_dpdk_driver(conf.pci_addr, self.sys_root)
+                dpdk = has_dpdk_driver(pci, self.sys_root)
             except CNIError as exc:
                 _warn(f"DEL goes on: {exc.msg}")
         pod = open_netns(args.netns, missing_ok=True)

@@ -29,6 +29,7 @@ SYS = "/sys"
 #: Drivers that hand a PCI NIC to userspace (DPDK): no netdev to move (Go's list).
 USERSPACE_DRIVERS = ("vfio-pci", "uio_pci_generic", "igb_uio")
 _PCI_DEVICES = "bus/pci/devices"
+_AUX_DEVICES = "bus/auxiliary/devices"
 _KERNELPATH_PREFIX = "/sys/devices/"
 _MAX_LINKS = 255  # Go's EvalSymlinks gives up after as many
 
@@ -203,8 +204,35 @@ def _by_pci(ipr: netlink.Socket, pci_addr: str, sys_root: str) -> netlink.Link:
     raise CNIError(ERR_INTERNAL, f"failed to find device name for pci address {pci_addr}")
 
 
+def device_id_kind(device_id: str, sys_root: str = SYS) -> str:
+    """What ``runtimeConfig.deviceID`` names (Go >= 1.5 ``handleDeviceID``):
+    ``"pci"`` when ``/sys/bus/pci/devices/<id>`` exists, else ``"aux"`` when
+    ``/sys/bus/auxiliary/devices/<id>`` does (an auxiliary-bus device, e.g.
+    a Mellanox SF), else ``"pci"`` (the PCI look-up then fails with Go
+    1.1.1's text)."""
+    if os.path.lexists(os.path.join(sys_root, _PCI_DEVICES, device_id)):
+        return "pci"
+    if os.path.lexists(os.path.join(sys_root, _AUX_DEVICES, device_id)):
+        return "aux"
+    return "pci"
+
+
+def _by_aux(ipr: netlink.Socket, aux_dev: str, sys_root: str) -> netlink.Link:
+    # Go's linkFromPath on /sys/bus/auxiliary/devices/<dev>/net
+    net_dir = os.path.join(sys_root, _AUX_DEVICES, aux_dev, "net")
+    shown = _shown(net_dir, sys_root)
+    try:
+        names = _read_dir(net_dir)
+    except OSError as exc:
+        raise CNIError(ERR_INTERNAL, f"failed to read directory {shown}: "
+                       f"{_quote(f'open {shown}: {_strerror(exc)}')}") from None
+    if names:
+        return _by_name(ipr, names[0])
+    raise CNIError(ERR_INTERNAL, f"failed to find network device in path {shown}")
+
+
 def find_device(ipr: netlink.Socket, *, device: str = "", hwaddr: str = "",
-                kernelpath: str = "", pci_addr: str = "",
+                kernelpath: str = "", pci_addr: str = "", aux_dev: str = "",
                 sys_root: str = SYS) -> netlink.Link:
     """The node's link the config names, looked up in ``ipr``'s namespace.
     The first key given wins, in Go's order: ``device`` (a link name),
@@ -212,7 +240,8 @@ def find_device(ipr: netlink.Socket, *, device: str = "", hwaddr: str = "",
     ``kernelpath`` (``/sys/devices/...``: the first entry of its ``net/``
     directory, in name order, that is a link here), ``pci_addr`` (the first
     entry of ``/sys/bus/pci/devices/<addr>/net/``, or of its
-    ``virtio*/net/``).
+    ``virtio*/net/``), ``aux_dev`` (the first entry of
+    ``/sys/bus/auxiliary/devices/<dev>/net/``, Go >= 1.5).
 
     Raises:
         CNIError: 7 for a ``hwaddr`` that is no MAC or a ``kernelpath``
@@ -236,4 +265,6 @@ def find_device(ipr: netlink.Socket, *, device: str = "", hwaddr: str = "",
         return _by_kernelpath(ipr, kernelpath, sys_root)
     elif pci_addr:
         return _by_pci(ipr, pci_addr, sys_root)
+    elif aux_dev:
+        return _by_aux(ipr, aux_dev, sys_root)
     raise CNIError(ERR_INTERNAL, "failed to find physical interface")

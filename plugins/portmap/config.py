@@ -1,5 +1,5 @@
 """portmap's configuration: the keys of Go's ``plugins/meta/portmap``
-(``PortMapConf``) with the nftables backend only.
+(``PortMapConf``, containernetworking/plugins 1.9.1), both backends.
 
 Keys (matched case-insensitively like every CNI key; containerd sends
 ``HostPort``/``ContainerPort``/``Protocol``/``HostIP``)::
@@ -10,25 +10,41 @@ Keys (matched case-insensitively like every CNI key; containerd sends
                                 hostIP "" (every local address) or an address
     snat           bool, default true: masquerade hairpin and localhost traffic
     masqAll        bool, default false: masquerade mapped traffic from any source
-    backend        absent or "nftables"
-    conditionsV4   [nft match expression, ...]  extra matches for IPv4 DNAT
-    conditionsV6   [nft match expression, ...]  extra matches for IPv6 DNAT
+    backend        absent, "nftables" (ours, inet cni_portmap) or "iptables"
+                   (Go's chains, `.goiptables`); absent with a key only the
+                   iptables backend reads (markMasqBit, externalSetMarkChain,
+                   iptables conditions) means "iptables"
+    conditionsV4   extra matches for IPv4 DNAT: nft match expressions
+                   (nftables), iptables arguments (iptables: ["-d", "10.0.0.1"])
+    conditionsV6   the same for IPv6
+    markMasqBit    0-31, default 13: the mark of traffic to masquerade (iptables)
+    externalSetMarkChain  a chain of the operator's that sets the mark instead
+                   (iptables; Go's CNI-HOSTPORT-SETMARK/-MASQ are not made)
 
-Code 2 (naming the key): ``backend`` other than "nftables", the iptables-only
-keys ``markMasqBit`` and ``externalSetMarkChain``, and conditions written in
-iptables syntax (first character ``-`` or ``!``, Go's own test). Code 7: a bad
-port, protocol or hostIP (naming ``runtimeConfig.portMappings.N.<key>``), a
-condition that is not a string.
+Conditions are told apart as Go tells them: iptables syntax starts with
+``-`` or ``!``. Code 7 (naming the key, with Go's wording): another
+``backend``, ``markMasqBit`` with ``externalSetMarkChain`` or out of range,
+conditions of the other backend's syntax, a bad port, protocol or hostIP
+(naming ``runtimeConfig.portMappings.N.<key>``), a condition that is not a
+string.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, StrictBool, StrictInt, field_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    StrictBool,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
-from cni_skel.config import NetConf, unsupported
+from cni_skel.config import NetConf
 from cni_skel.model import CNIModel
 
 __all__ = ["PROTOCOLS", "PortMapConf", "PortMapRuntimeConfig", "PortMapping"]
@@ -108,42 +124,82 @@ class PortMapConf(NetConf):
                                                  alias="runtimeConfig")
     snat: StrictBool | None = None
     masq_all: StrictBool = Field(False, alias="masqAll")
-    backend: str | None = None
+    backend: Literal["nftables", "iptables"] | None = None
     conditions_v4: list[str] | None = Field(None, alias="conditionsV4")
     conditions_v6: list[str] | None = Field(None, alias="conditionsV6")
-    mark_masq_bit: Any = Field(None, alias="markMasqBit")
-    external_set_mark_chain: Any = Field(None, alias="externalSetMarkChain")
+    mark_masq_bit: StrictInt | None = Field(None, alias="markMasqBit")
+    external_set_mark_chain: str | None = Field(None, alias="externalSetMarkChain")
 
-    @field_validator("backend")
+    @field_validator("conditions_v4", "conditions_v6")
     @classmethod
-    def _backend(cls, value: str | None) -> str | None:
-        if value is not None and value != "nftables":
-            raise unsupported("backend", value, "this portmap implements the nftables backend only")
-        return value
-
-    @field_validator("mark_masq_bit")
-    @classmethod
-    def _mark_masq_bit(cls, value: Any) -> Any:
-        if value is not None:
-            raise unsupported("markMasqBit", value, "iptables backend only; nftables "
-                              "masquerades by connection state, not by a mark")
+    def _iptables_conditions(cls, value: list[str] | None) -> list[str] | None:
+        # iptables arguments go into iptables-restore lines: a line break
+        # (any control character) in one would start another command.
+        if value and value[0][:1] in ("-", "!"):
+            for i, arg in enumerate(value):
+                if not arg.isprintable():
+                    raise PydanticCustomError(
+                        "cni_condition", "{index}: an iptables argument holds a control "
+                        "character", {"index": i})
         return value
 
     @field_validator("external_set_mark_chain")
     @classmethod
-    def _external_chain(cls, value: Any) -> Any:
-        if value is not None:
-            raise unsupported("externalSetMarkChain", value, "iptables backend only")
+    def _external_chain(cls, value: str | None) -> str | None:
+        # an iptables chain name: what iptables itself takes (28 characters)
+        if value is not None and (not value or len(value) > 28 or value[0] in "-!"
+                                  or any(c.isspace() or not c.isprintable() for c in value)):
+            raise ValueError("must be an iptables chain name (1-28 characters, no blank, "
+                             "not starting with - or !)")
         return value
 
-    @field_validator("conditions_v4", "conditions_v6")
+    @field_validator("mark_masq_bit")
     @classmethod
-    def _conditions(cls, value: list[str] | None, info: Any) -> list[str] | None:
-        key = "conditionsV4" if info.field_name == "conditions_v4" else "conditionsV6"
-        # Go's detectBackendOfConditions: an iptables condition starts with - or !.
-        if value and value[0][:1] in ("-", "!"):
-            raise unsupported(key, value, "iptables syntax; give nftables match expressions")
+    def _mark_bit(cls, value: int | None) -> int | None:
+        if value is not None and not 0 <= value <= 31:
+            raise ValueError("MasqMarkBit must be between 0 and 31")  # Go's words
         return value
+
+    def _options(self) -> dict[str, list[str]]:
+        """The keys that only one backend reads, by backend (Go's ensureBackend)."""
+        options: dict[str, list[str]] = {"iptables": [], "nftables": []}
+        if self.external_set_mark_chain is not None:
+            options["iptables"].append("externalSetMarkChain")
+        for key, value in (("conditionsV4", self.conditions_v4),
+                           ("conditionsV6", self.conditions_v6)):
+            if value and value[0]:
+                options["iptables" if value[0][0] in "-!" else "nftables"].append(key)
+        return options
+
+    @model_validator(mode="after")
+    def _backend_options(self) -> PortMapConf:
+        # Go's parseConfig and ensureBackend, in Go's order and words.
+        if self.mark_masq_bit is not None and self.external_set_mark_chain is not None:
+            raise ValueError("markMasqBit, externalSetMarkChain: Cannot specify "
+                             "externalSetMarkChain and markMasqBit")
+        backend = self.effective_backend
+        wrong = "nftables" if backend == "iptables" else "iptables"
+        if keys := self._options()[wrong]:
+            raise ValueError(f"{keys[0]}: {backend} backend was requested but configuration "
+                             f"contains {wrong}-specific options [{' '.join(keys)}]")
+        return self
+
+    @property
+    def effective_backend(self) -> str:
+        """``"nftables"`` or ``"iptables"``: ``backend``, or when absent
+        ``"iptables"`` if a key only that backend reads is set
+        (``markMasqBit``, ``externalSetMarkChain``, iptables conditions: a
+        config written for Go's default), else ours."""
+        if self.backend is not None:
+            return self.backend
+        if self.mark_masq_bit is not None or self._options()["iptables"]:
+            return "iptables"
+        return "nftables"
+
+    @property
+    def mark_bit(self) -> int:
+        """``markMasqBit``, Go's default 13 when absent."""
+        return 13 if self.mark_masq_bit is None else self.mark_masq_bit
 
     @property
     def snat_enabled(self) -> bool:

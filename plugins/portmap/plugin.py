@@ -44,6 +44,7 @@ from cni_skel.skel import Plugin
 from cni_skel.sysctl import read_sysctl, write_sysctl
 from cni_skel.types import Result, check_expressible
 
+from . import goiptables as G
 from . import layout as L
 from .conditions import to_json
 from .config import PROTOCOLS, PortMapConf
@@ -51,6 +52,7 @@ from .config import PROTOCOLS, PortMapConf
 __all__ = ["PortMap", "container_ips"]
 
 IPAddr = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 _ATTEMPTS = 5
 
 
@@ -63,8 +65,15 @@ def container_ips(conf: PortMapConf, ifname: str) -> dict[int, IPAddr]:
     interface (Go's parseConfig: an address whose ``interface`` names an
     interface other than ``ifname``, or one without ``sandbox``, is skipped;
     an address with no ``interface`` is taken)."""
+    return {v: iface.ip for v, iface in container_nets(conf, ifname).items()}
+
+
+def container_nets(conf: PortMapConf, ifname: str) -> dict[int, IPInterface]:
+    """`container_ips` with their prefix lengths, as prevResult gives them
+    (Go's iptables backend masquerades hairpin traffic from the address's
+    whole subnet)."""
     prev = conf.prev_result
-    out: dict[int, IPAddr] = {}
+    out: dict[int, IPInterface] = {}
     if prev is None:
         return out
     for ip in prev.ips:
@@ -76,7 +85,7 @@ def container_ips(conf: PortMapConf, ifname: str) -> dict[int, IPAddr]:
             iface = prev.interfaces[idx]
             if iface.name != ifname or not iface.sandbox:
                 continue
-        out[v] = ip.address.ip
+        out[v] = ip.address
     return out
 
 
@@ -333,6 +342,17 @@ def _route_localnet(conf: PortMapConf, ip: IPAddr) -> None:
             write_sysctl(key, "1")
 
 
+def _enable_localnet(conf: PortMapConf, ips: dict[int, IPAddr]) -> None:
+    """Go's ADD step after the IPv4 mappings: with ``snat``, route_localnet
+    on the node interface routing to the pod (`_route_localnet`)."""
+    if conf.snat_enabled and 4 in ips:
+        try:
+            _route_localnet(conf, ips[4])
+        except CNIError as e:
+            raise CNIError(e.code, f"portmap: unable to enable route_localnet: {e.msg}",
+                           e.details) from e
+
+
 def _route_dev(ip: IPAddr) -> str | None:
     # pyroute2 only here and for UDP: a one-shot ADD otherwise never loads it (~100 ms).
     from cni_skel import netlink  # noqa: PLC0415
@@ -417,41 +437,28 @@ def _go_conflicts(nft: Nft, want: list[L.Entry], container_id: str) -> None:
                        "; ".join(conflicts))
 
 
-def _go_owner(network: str, container_id: str) -> str:
-    return gorules.owner_comment(network, container_id, prefix="dnat")
-
-
-def _go_remove(network: str, container_id: str, what: str) -> None:
-    """Remove Go portmap's DNAT jump and chain of this container."""
-    chain = gorules.chain_name(network, container_id, prefix="CNI-DN-", width=21)
-    if not gorules.present([(f, "nat", chain) for f in _GO_FAMILIES]):
-        return  # its DNAT chain's name is known: no listing on a node without it
-    comment = _go_owner(network, container_id)
-    gorules.remove(lambda c: c == comment, what, families=_GO_FAMILIES, tables=_GO_TABLES)
-
-
-def _go_gc(network: str, keep: set[str]) -> None:
-    """Remove Go portmap's entries of this network's containers not in ``keep``."""
-    def stale(comment: str) -> bool:
-        owner = gorules.parse_owner(comment)
-        return owner is not None and owner[0] == "dnat" and owner[1] == network \
-            and owner[2] not in keep
-
-    gorules.remove(stale, "portmap: garbage collection of the Go plugin's rules",
-                   families=_GO_FAMILIES, tables=_GO_TABLES)
-
-
-def _go_check(nft: Nft, network: str, container_id: str, want: list[L.Entry]) -> bool:
-    """True when Go's portmap holds every mapping of ``want`` for this
-    container (a pod Go created, checked after the switch)."""
-    rules = _go_rules(nft)
-    comment = _go_owner(network, container_id)
-    if not any(r.comment == comment for r in rules):
+def _go_check(conf: PortMapConf, container_id: str, ips: dict[int, IPInterface]) -> bool:
+    """True when Go's portmap holds the container's mappings (a pod Go
+    created, checked after the switch): its iptables layout, rule for rule
+    (`.goiptables.check`), or Go 1.9.1's nftables rules, counted as Go's
+    CHECK counts them."""
+    addrs = [ips[v] for v in sorted(ips)]
+    if G.made_by_go(conf.name, container_id):
+        return not G.check(conf, container_id, addrs)
+    rules = G.nft_rules(container_id)
+    if not rules:
         return False
-    held = {(hp.family, hp.protocol, hp.port) for hp in gorules.host_ports(rules)
-            if hp.container_id == container_id and hp.network == network}
-    return all((_GO_FAMILY[int(e.set[-1])], e.key[1], e.key[2]) in held
-               for e in want if e.set.startswith("claims"))
+    for addr in addrs:
+        family = "ip" if addr.version == 4 else "ip6"
+        ports = sum(1 for m in conf.port_mappings
+                    if m.host_ip is None or m.host_ip.version == addr.version)
+        mine = [r for r in rules if r.family == family]
+        if sum(r.chain in ("hostports", "hostip_hostports") for r in mine) < ports:
+            return False
+        masq = (2 if addr.version == 4 else 1) if conf.snat_enabled else 0
+        if sum(r.chain == "masquerading" for r in mine) < masq:
+            return False
+    return True
 
 
 def _wanted_quiet(handover: gorules.GoHandOver, conf: PortMapConf) -> list[L.Entry]:
@@ -541,7 +548,11 @@ class PortMap(Plugin):
     """portmap: ``runtimeConfig.portMappings`` DNATed to the container.
 
     Config: `cni_skel_plugins.portmap.config` (``portMappings``, ``snat``,
-    ``masqAll``, ``backend``, ``conditionsV4``/``conditionsV6``).
+    ``masqAll``, ``backend``, ``conditionsV4``/``conditionsV6``,
+    ``markMasqBit``, ``externalSetMarkChain``). What follows is our
+    nftables backend, the default; ``backend: "iptables"`` writes Go's
+    iptables layout instead (`.goiptables`, docs/netfilter.md), and DEL
+    removes what Go made for the container on either of its backends.
 
     ADD (prevResult required, code 7 without): the first IPv4 and IPv6
     address of prevResult on CNI_IFNAME (Go's choice) get every mapping of
@@ -646,6 +657,8 @@ class PortMap(Plugin):
         check_expressible(conf.cni_version, conf.prev_result)  # the result is prevResult
         if not conf.port_mappings:
             return conf.prev_result
+        if conf.effective_backend == "iptables":
+            return self._add_iptables(args, conf)
         gid, want = _wanted(args, conf)
         if not want:
             _log("no container address for the port mappings; nothing to do")
@@ -658,24 +671,47 @@ class PortMap(Plugin):
             _apply_add(nft, conf, gid, want, tag, L.Record.of(gid, ips, conf.port_mappings))
             undo.callback("removing port mappings", _remove, tag, want, "portmap: rolling back",
                           nft)
-            if conf.snat_enabled and 4 in ips:
-                try:
-                    _route_localnet(conf, ips[4])
-                except CNIError as e:
-                    raise CNIError(e.code, f"portmap: unable to enable route_localnet: {e.msg}",
-                                   e.details) from e
+            _enable_localnet(conf, ips)
+        _flush_udp(conf, ips)
+        return conf.prev_result
+
+    def _add_iptables(self, args: CmdArgs, conf: PortMapConf) -> Result:
+        """ADD with ``backend: "iptables"``: Go's chains and rules for the
+        container's IPv4 and IPv6 address (`.goiptables.setup`), Go's
+        route_localnet and conntrack steps; undone on failure. As Go, a
+        host port other pods map is not refused (the newest rule's jump
+        comes last in ``CNI-HOSTPORT-DNAT``: the older pod keeps it)."""
+        nets = container_nets(conf, args.ifname)
+        addrs = [nets[v] for v in sorted(nets)]
+        ips = {v: net.ip for v, net in nets.items()}
+        if not addrs:
+            _log("no container address for the port mappings; nothing to do")
+            return conf.prev_result
+        with rollback(self.name) as undo:
+            undo.callback("removing port mappings", G.remove, conf.name, args.container_id,
+                          "portmap: rolling back")
+            G.setup(conf, args.container_id, addrs)
+            _enable_localnet(conf, ips)
         _flush_udp(conf, ips)
         return conf.prev_result
 
     def check(self, args: CmdArgs, conf: PortMapConf) -> None:
         """Every mapping of the container is present, tagged with this
-        attachment and pointing at its address and port (point reads only).
+        attachment and pointing at its address and port (point reads only);
+        with ``backend: "iptables"`` every rule of Go's layout
+        (`.goiptables.check`).
 
         Raises:
             CNIError: 7 without prevResult; 999 naming every problem.
         """
         _need_prev(conf)
         if not conf.port_mappings:
+            return
+        if conf.effective_backend == "iptables":
+            nets = container_nets(conf, args.ifname)
+            problems = G.check(conf, args.container_id, [nets[v] for v in sorted(nets)])
+            if problems:
+                raise CNIError(ERR_INTERNAL, f"portmap: {problems[0]}", "; ".join(problems))
             return
         gid, want = _wanted(args, conf)
         if not want:
@@ -696,7 +732,8 @@ class PortMap(Plugin):
                 problems.append(f"{e.what}: {e.set} entry belongs to {el.comment}")
             elif el.data != e.data:
                 problems.append(f"{e.what}: {e.set} holds {el.data}, not {e.data}")
-        if problems and not _go_check(Nft(), conf.name, args.container_id, want):
+        if problems and not _go_check(conf, args.container_id,
+                                      container_nets(conf, args.ifname)):
             raise CNIError(ERR_INTERNAL, f"portmap: {problems[0]}", "; ".join(problems))
 
     def delete(self, args: CmdArgs, conf: PortMapConf) -> None:
@@ -709,14 +746,15 @@ class PortMap(Plugin):
                 changing under us.
         """
         hint: list[L.Entry] = []
-        if conf.port_mappings and conf.prev_result is not None:
+        if conf.port_mappings and conf.prev_result is not None \
+                and conf.effective_backend == "nftables":
             try:
                 hint = _wanted(args, conf)[1]
             except CNIError:  # mappings that ADD would refuse: nothing of them was made
                 hint = []
         _remove(attachment_tag(args.container_id, args.ifname), hint,
                 "portmap: removing port mappings")
-        _go_remove(conf.name, args.container_id, "portmap: removing the Go plugin's rules")
+        G.remove(conf.name, args.container_id, "portmap: removing the Go plugin's rules")
 
     def gc(self, args: CmdArgs, conf: PortMapConf) -> None:
         """Remove this network's entries of attachments not in
@@ -728,7 +766,7 @@ class PortMap(Plugin):
                 nftables refuses; 11 when the table kept changing.
         """
         valid = conf.gc_keep_tags()
-        _go_gc(conf.name, {a.container_id for a in conf.gc_keep()})
+        G.gc(conf.name, {a.container_id for a in conf.gc_keep()})
         nft = Nft()
         current = L.group_id(conf.name, conf.conditions(4), conf.conditions(6))
         for _ in range(_ATTEMPTS):
@@ -748,9 +786,13 @@ class PortMap(Plugin):
                        f"{L.FAMILY} {L.TABLE} kept changing")
 
     def status(self, args: CmdArgs, conf: PortMapConf) -> None:
-        """Ready when nftables can be used here.
+        """Ready when the backend's tool can be used here.
 
         Raises:
-            CNIError: 50 when it cannot (`cni_skel.nft.nft_status`).
+            CNIError: 50 when it cannot (`cni_skel.nft.nft_status`;
+                `.goiptables.status`).
         """
-        nft_status()
+        if conf.effective_backend == "iptables":
+            G.status()
+        else:
+            nft_status()

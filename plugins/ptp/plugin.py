@@ -1,18 +1,21 @@
 """CNI plugin ``ptp``: a veth pair between node and pod, routed (no bridge).
 
-Go's ptp (containernetworking/plugins 1.1.1) on cni-skel's public API; this
+Go's ptp (containernetworking/plugins 1.1.1 to 1.9.1) on cni-skel's public API; this
 one file is cni-skel's reference ``ptp`` and the plugin its tutorial writes.
 The pod end gets the IPAM addresses and reaches everything, its own subnet
 included, through the gateway, which lives as a /32 (/128) on the host end;
 the host routes each pod address to its veth. Config: ``ipam`` (required),
-``mtu`` (bytes, 0: the kernel's), ``ipMasq``, ``dns`` (wins over IPAM's).
+``mtu`` (bytes, 0: the kernel's), ``ipMasq`` and ``ipMasqBackend``
+(`cni_skel.config.IPMasqBackend`), ``dns`` (wins over IPAM's).
 """
 
 from __future__ import annotations
 
 import ipaddress
 
-from cni_skel import CmdArgs, CNIError, Interface, IPAMConf, NetConf, Plugin, Result, netlink
+from cni_skel import (CmdArgs, CNIError, Interface, IPAMConf, NetConf, Plugin, Result, gomasq,
+                      netlink)
+from cni_skel.config import IPMasqBackend
 from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG
 from cni_skel.invoke import delegate_check, delegate_del, ipam_add
 from cni_skel.ipam import check_interface_ips, check_routes, configure_iface
@@ -31,11 +34,18 @@ __all__ = ["Ptp", "PtpConf"]
 
 class PtpConf(NetConf):
     """NetConf (cniVersion, name, dns, ...) with ``ipam`` required, plus
-    ``mtu`` (bytes, 0-65535) and ``ipMasq``; a bad value is code 7 naming it."""
+    ``mtu`` (bytes, 0-65535), ``ipMasq`` and ``ipMasqBackend``; a bad value
+    is code 7 naming it."""
 
     ipam: IPAMConf
     mtu: int = Field(0, ge=0, le=65535)
     ip_masq: bool = Field(False, alias="ipMasq")
+    ip_masq_backend: IPMasqBackend = Field(None, alias="ipMasqBackend")
+
+    @property
+    def go_masq(self) -> bool:
+        """Masquerade in Go's iptables layout (`cni_skel.gomasq`)."""
+        return self.ip_masq and self.ip_masq_backend == "iptables"
 
 
 def _host_net(ip) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
@@ -96,8 +106,13 @@ class Ptp(Plugin):
             for ipc in result.ips:
                 _route_pod(cipr, cont, ipc)
                 _route_node(ipr, host, ipc)
-            if conf.ip_masq:
-                setup_ip_masq(conf.name, tag, [ipc.address for ipc in result.ips])
+            addrs = [ipc.address for ipc in result.ips]
+            if conf.go_masq:
+                undo.callback("removing masquerade", gomasq.teardown, conf.name,
+                              args.container_id, args.ifname)
+                gomasq.setup_iptables(conf.name, args.container_id, addrs)
+            elif conf.ip_masq:
+                setup_ip_masq(conf.name, tag, addrs)
                 undo.callback("removing masquerade", teardown_ip_masq, conf.name, tag)
         if conf.dns is not None and not conf.dns.is_empty():
             result.dns = conf.dns
@@ -105,13 +120,16 @@ class Ptp(Plugin):
 
     def delete(self, args: CmdArgs, conf: PtpConf) -> None:
         """IPAM DEL, the pod's veth (by its host end: `delete_veth`), masquerade
-        by the attachment's tag. Repeatable; a gone netns is fine."""
+        by the attachment's tag, ours and either of Go's layouts
+        (`cni_skel.gomasq.teardown`: Go's DEL removes both). Repeatable; a
+        gone netns is fine."""
         delegate_del(conf.ipam.type, args.stdin_data, args)
         if pod := open_netns(args.netns, missing_ok=True):
             with pod, Rtnl() as ipr, pod.rtnl() as cipr:
                 delete_veth(ipr, cipr, args.ifname)
         if conf.ip_masq:
             teardown_ip_masq(conf.name, attachment_tag(args.container_id, args.ifname))
+            gomasq.teardown(conf.name, args.container_id, args.ifname)
 
     def check(self, args: CmdArgs, conf: PtpConf) -> None:
         """IPAM CHECK, then prevResult's veth, MAC, IPs and routes in the pod,
@@ -143,20 +161,30 @@ class Ptp(Plugin):
                                              f"doesn't match container Mac: {link.mac}")
             check_interface_ips(cipr, link, prev.ips)
             check_routes(cipr, prev.routes)
-        if conf.ip_masq:
-            check_ip_masq(conf.name, attachment_tag(args.container_id, args.ifname),
-                          [ipc.address for ipc in prev.ips])
+        addrs = [ipc.address for ipc in prev.ips]
+        if conf.go_masq:
+            problems = gomasq.missing_iptables(conf.name, args.container_id, addrs)
+            if problems:
+                raise CNIError(ERR_INTERNAL, "; ".join(problems))
+        elif conf.ip_masq and not gomasq.nft_rules(conf.name, args.container_id, args.ifname):
+            # (a pod Go >= 1.5 masqueraded with nftables passes as Go's CHECK)
+            check_ip_masq(conf.name, attachment_tag(args.container_id, args.ifname), addrs)
 
     def gc(self, args: CmdArgs, conf: PtpConf) -> None:
-        """IPAM GC, then masquerade of attachments not in the valid list."""
+        """IPAM GC, then masquerade of attachments not in the valid list:
+        ours and Go's (`cni_skel.gomasq.gc`)."""
         super().gc(args, conf)
         if conf.ip_masq:
             gc_ip_masq(conf.name, conf.gc_keep_tags())
+            gomasq.gc(conf.name, {(a.container_id, a.ifname) for a in conf.gc_keep()})
 
     def status(self, args: CmdArgs, conf: PtpConf) -> None:
-        """IPAM STATUS; 50 when ``ipMasq`` needs nftables and it is unusable."""
+        """IPAM STATUS; 50 when ``ipMasq`` needs nftables (iptables with
+        ``ipMasqBackend: "iptables"``) and it is unusable."""
         super().status(args, conf)
-        if conf.ip_masq:
+        if conf.go_masq:
+            gomasq.status()
+        elif conf.ip_masq:
             nft_status()
 
 

@@ -38,6 +38,11 @@ layout and isolation rules do; Go's per-pod rules never do); the ipsets
 themselves; in native nftables tables, the ``cni_firewall`` chain and its
 rules, the ``cni_firewall_pods4/6`` sets and the bare jump to the chain.
 Set entries and elements never are: they are the pods.
+
+Go's iptables layouts (portmap ``backend: "iptables"``) leave in the node's
+``ip``/``ip6 nat`` (iptables-nft) the table, its base chains, the
+``CNI-HOSTPORT-SETMARK``/``-MASQ``/``-DNAT`` chains with their rules and the
+base chains' jumps to them, as Go does: infrastructure when they appear.
 """
 
 from __future__ import annotations
@@ -85,6 +90,11 @@ _FW_IPT_CHAINS = frozenset({"CNI-FORWARD", "CNI-ADMIN", "CNI-ISOLATION-STAGE-1",
 _FW_NFT_CHAIN = "cni_firewall"
 _FW_NFT_SETS = frozenset({"cni_firewall_pods4", "cni_firewall_pods6"})
 _IFF_UP, _IFF_PROMISC, _IFF_ALLMULTI = 0x1, 0x100, 0x200
+#: The nat tables iptables-nft writes for Go's iptables layouts (portmap's
+#: ``backend`` and bridge/ptp's ``ipMasqBackend`` "iptables"), and the chains
+#: of it shared by every pod, which Go (and so ours) never removes.
+GO_NAT_TABLES = frozenset({("ip", "nat"), ("ip6", "nat")})
+_GO_NAT_CHAINS = frozenset({"CNI-HOSTPORT-SETMARK", "CNI-HOSTPORT-MASQ", "CNI-HOSTPORT-DNAT"})
 
 
 class LinkState(NamedTuple):
@@ -367,6 +377,30 @@ def _is_firewall_rule(key: tuple) -> bool:
     return chain == _FW_NFT_CHAIN or exprs == [{"jump": {"target": _FW_NFT_CHAIN}}]
 
 
+def _is_go_nat_infra(key: tuple, new: Any) -> bool:
+    """Go's shared iptables layout in the node's nat tables, when it
+    appears (module docstring): the table, its base chains (policy accept),
+    the ``CNI-HOSTPORT-*`` chains, their rules, and the base chains' bare
+    jumps to them. Every ``CNI-DN-*`` / ``CNI-<hash>`` chain and rule is a pod's."""
+    if key[0] == "nft":
+        kind, family, table, name = key[2:6]
+        if (family, table) not in GO_NAT_TABLES or key[1] != "node":
+            return False
+        if kind == "table":
+            return True
+        spec = json.loads(new)
+        return kind == "chain" and (name in _GO_NAT_CHAINS
+                                    or ("hook" in spec and spec.get("policy") == "accept"))
+    family, table, chain = key[2:5]
+    if (family, table) not in GO_NAT_TABLES or key[1] != "node":
+        return False
+    if chain in _GO_NAT_CHAINS:
+        return True
+    targets = {e["jump"]["target"] for e in _exprs(key[5]) if isinstance(e, dict) and "jump" in e}
+    return chain in ("PREROUTING", "OUTPUT", "POSTROUTING") and bool(targets) \
+        and targets <= _GO_NAT_CHAINS
+
+
 def is_infra(key: tuple, old: Any, new: Any, before: Snapshot, after: Snapshot) -> bool:
     """Is this difference a network's lasting infrastructure (see the module
     docstring) rather than state of one attachment?"""
@@ -378,6 +412,8 @@ def is_infra(key: tuple, old: Any, new: Any, before: Snapshot, after: Snapshot) 
         return _is_infra_link(snaps, key[1], key[2])
     if what == "route":
         return key[5] is not None and _is_infra_link(snaps, key[1], key[5])
+    if what in ("nft", "rule") and old is None and _is_go_nat_infra(key, new):
+        return True
     if what == "nft":  # a table itself is never infrastructure a call may add
         if key[2] == "table":
             return False

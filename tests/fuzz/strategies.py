@@ -256,12 +256,14 @@ HINTS: dict[str, st.SearchStrategy[Any]] = {
     "containerPort": st.sampled_from([80, 8080]),
     "protocol": st.sampled_from(["tcp", "udp", "sctp", "TCP", ""]),
     "hostIP": st.sampled_from(["", "10.99.0.1", "fd00:99::1", "::ffff:10.99.0.1"]),
-    "backend": st.sampled_from([None, "nftables"]),
-    "ipMasqBackend": st.sampled_from([None, "nftables"]),
-    "conditionsV4": st.sampled_from([None, [], ["ip saddr 10.0.0.0/8"]]),
+    "backend": st.sampled_from([None, "nftables", "iptables"]),
+    "ipMasqBackend": st.sampled_from([None, "nftables", "iptables"]),
+    # nft or iptables syntax (with no backend, the latter means iptables)
+    "conditionsV4": st.sampled_from([None, [], ["ip saddr 10.0.0.0/8"], ["-s", "10.0.0.0/8"]]),
     "conditionsV6": st.sampled_from([None, [], ["ip6 saddr fd00::/8"]]),
-    "markMasqBit": st.none(),
-    "externalSetMarkChain": st.none(),
+    "markMasqBit": st.sampled_from([None, None, None, 5, 32]),
+    # a chain that does not exist: ADD fails, nothing may be left
+    "externalSetMarkChain": st.sampled_from([None, None, None, "FZ-MARK"]),
     "sysctl": st.lists(st.sampled_from(sorted(SAFE_SYSCTLS)), max_size=3, unique=True).flatmap(
         lambda keys: st.fixed_dictionaries({k: st.sampled_from(SAFE_SYSCTLS[k]) for k in keys})),
     "dataDir": st.just(DATA),
