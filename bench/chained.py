@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from cni_skel.warm.install import plugin_registry
 
-from .stats import CNI_VERSION, fake_result, log, med, ms, ratio, rx
+from .stats import CNI_VERSION, REFERENCES, fake_result, log, med, ms, ratio, rx
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from .modes import Mode
@@ -87,7 +87,7 @@ def run(bench: Bench) -> None:
         if plugin in missing:
             log(f"chained: {plugin} not measured: {missing[plugin]}")
             continue
-        modes = [m for m in bench.modes if not (m.key == "go" and plugin in NOT_IN_GO)]
+        modes = [m for m in bench.modes if not (m.key in REFERENCES and plugin in NOT_IN_GO)]
         log(f"chained: {plugin}, {n} pods per mode, interleaved")
         for i in range(n):
             for mode in bench.rotation(i, modes):

@@ -5,6 +5,10 @@ request for the node agent (`bench.node`). Adding a mode is one class here
 plus an entry in MODES:
 
   go       Debian's Go reference plugins (/usr/lib/cni), one process per call
+  go191    upstream Go plugins v1.9.1 as `make go-latest` builds them (its
+           cache, or $CNI_SKEL_GO_LATEST), nftables backends where they
+           have one (our defaults); a second reference: the headline ratios
+           are given against it too. Skipped when not built.
   oneshot  ours as `cni-skel install` writes them by default (launchers) with
            no worker running: each call answers VERSION in the launcher, or
            runs the plugin in the launcher's process (one process per call).
@@ -23,6 +27,7 @@ plus an entry in MODES:
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import subprocess
 import time
@@ -35,6 +40,7 @@ from .chained import PLUGINS as CHAINED_PLUGINS
 from .interfaces import PLUGINS as IFACE_PLUGINS
 
 GO_BIN = "/usr/lib/cni"
+GO_LATEST_BIN = os.environ.get("CNI_SKEL_GO_LATEST", "/var/cache/cni-skel/go-plugins-v1.9.1")
 PLUGINS = ("bridge", "host-local", "loopback", "portmap", "tuning")
 
 
@@ -151,6 +157,29 @@ class GoMode(Mode):
         self.bin_dir = GO_BIN
 
 
+class GoLatestMode(GoMode):
+    key, label = "go191", "Go 1.9.1"
+    #: Config keys that pick Go 1.9.1's nftables backends, what ours use by
+    #: default (absent, 1.9.1 takes iptables): the same work on both sides.
+    NFT_KEYS = {"bridge": {"ipMasqBackend": "nftables"}, "ptp": {"ipMasqBackend": "nftables"},
+                "portmap": {"backend": "nftables"}}
+
+    def install(self, work_dir: str) -> None:
+        missing = [p for p in PLUGINS if not os.access(os.path.join(GO_LATEST_BIN, p), os.X_OK)]
+        if missing:
+            raise ModeUnavailable(f"Go 1.9.1 plugins missing in {GO_LATEST_BIN}: "
+                                  f"{', '.join(missing)} (make go-latest)")
+        self.bin_dir = GO_LATEST_BIN
+
+    def request(self, plugin: str, env: dict[str, str], stdin: str) -> dict:
+        extra = self.NFT_KEYS.get(plugin)
+        if extra:
+            conf = json.loads(stdin)
+            if isinstance(conf, dict) and "plugins" not in conf:
+                stdin = json.dumps({**conf, **extra})
+        return super().request(plugin, env, stdin)
+
+
 class OneShotMode(Mode):
     """The default install (launchers) with no worker: the socket they try is
     one nothing listens on (never the node's /run/cni-skel/worker.sock, where
@@ -249,5 +278,5 @@ class WarmMode(OneShotMode):
             self.activation = None
 
 
-MODES: dict[str, type[Mode]] = {m.key: m for m in (GoMode, OneShotMode, ScriptMode, InProcMode,
-                                                    WarmMode)}
+MODES: dict[str, type[Mode]] = {m.key: m for m in (GoMode, GoLatestMode, OneShotMode, ScriptMode,
+                                                    InProcMode, WarmMode)}

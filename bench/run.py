@@ -1,4 +1,6 @@
-"""cni-skel benchmark: our plugins against Debian's Go reference plugins.
+"""cni-skel benchmark: our plugins against the Go reference plugins, Debian's
+1.1.1 (mode ``go``, the tables' ratios) and upstream 1.9.1 (``go191``, its
+columns and the summary's "vs Go 1.9.1" ratios) in the same run.
 
     python -m bench [--quick] [--modes go,oneshot,inproc] [--out bench/results]
                     [--long-churn 10000] [--only chained,firewall-scale]
@@ -40,6 +42,7 @@ from .chart import draw
 from .modes import MODES, PLUGINS, Mode, ModeUnavailable
 from .stats import (
     CNI_VERSION,
+    REFERENCES,
     MiB,
     busy_share,
     cpu_ticks,
@@ -320,7 +323,7 @@ class Bench:
             self.samples.append(s)
         doc = None
         if r["code"] != 0:
-            sink = self.ref_errors if mode.key == "go" else self.errors
+            sink = self.ref_errors if mode.key in REFERENCES else self.errors
             sink.append(f"{scenario} {mode.key} {plugin} {cmd} {tags}: exit {r['code']} "
                         f"{r['out'].strip()[:300]} {r['err'].strip()[-300:]}")
         elif r["out"].strip():
@@ -818,7 +821,8 @@ class Bench:
           + (". Skipped: " + "; ".join(f"`{k}`: {v}" for k, v in self.skipped.items())
              if self.skipped else "")
           + f". Calls interleaved per sample with the mode order rotated; wall and CPU in ms, "
-          f"peak RSS in MiB (wait4 of the plugin process tree). Ratio = ours/Go of medians. "
+          f"peak RSS in MiB (wait4 of the plugin process tree). Ratio = ours/Go 1.1.1 of medians "
+          f"(the summary line adds ours/Go 1.9.1). "
           f"Took {self.results['seconds']:.0f} s."
           + (f" Only {', '.join(self.args.only)} (--only): the other tables are empty and "
              "their budgets left out." if self.args.only else "") + "\n")
@@ -989,7 +993,7 @@ class Bench:
         bad = [f"{label} {m}: {r['errors']} errors, {r['duplicates']} dups, "
                f"{len(r['leaks'])} leaks"
                for label, res in rounds for m, r in res.items()
-               if m != "go" and (r["errors"] or r["duplicates"] or r["leaks"])]
+               if m not in REFERENCES and (r["errors"] or r["duplicates"] or r["leaks"])]
         for title, errs in (("Errors (ours)", self.errors),
                             ("Failures of the Go reference (reported, not fatal; e.g. Go 1.1.1 "
                              "portmap CHECK wants an IPv6 DNAT chain for an IPv4-only pod)",
@@ -1021,6 +1025,15 @@ class Bench:
                 f"{label} {rx(ratio(med(cw[k][0]), med(cg[k][0])))}"
                 for label, k in (("ADD chain", "ADD"), ("DEL chain", "DEL"),
                                  ("pod total", "total"))) + " Go; ")
+        if "go191" in chains and chains["go191"]["ADD"][0]:
+            c191 = chains["go191"]
+            pairs = [("one-shot ADD chain", co, "ADD"), ("DEL chain", co, "DEL")]
+            if "warm" in chains:
+                pairs = [("warm ADD chain", chains["warm"], "ADD"),
+                         ("DEL chain", chains["warm"], "DEL"), *pairs]
+            head += "vs Go 1.9.1: " + ", ".join(
+                f"{label} {rx(ratio(med(c[k][0]), med(c191[k][0])))}"
+                for label, c, k in pairs) + "; "
         summary = (f"bench {prof.name} {status}: {head}one-shot fallback: ADD chain {add_r} Go, "
                    f"DEL chain {del_r}, "
                    f"pod {ms(med(co['total'][0]), 0)}/{ms(med(cg['total'][0]), 0)} ms, "
@@ -1387,7 +1400,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true",
                     help="CI smoke size (< 60 s): 2 pods, one small churn round, scale at 0 and "
                          "1,000 allocations / 0 and 20 portmap pods / 0 and 100 firewall pods")
-    ap.add_argument("--modes", default="go,oneshot,inproc,warm",
+    ap.add_argument("--modes", default="go,go191,oneshot,inproc,warm",
                     help="comma list of: " + ", ".join(MODES) + " (default: all; a mode that "
                          "cannot run here is skipped with the reason)")
     ap.add_argument("--pods", type=int, default=0, help="pods in the lifecycle run")

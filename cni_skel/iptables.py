@@ -46,7 +46,9 @@ def variant(version: int = 4) -> str | None:
     is not on PATH. Read from the command's link target (Debian's
     alternatives: ``xtables-nft-multi`` / ``xtables-legacy-multi``), so no
     command is run; a target naming neither counts as ``"legacy"`` (ask the
-    command itself)."""
+    command itself). Read once per process (a worker's serving processes
+    are replaced after a number of calls, so a switch of alternatives
+    reaches them soon)."""
     path = shutil.which(_TOOLS[version])
     if path is None:
         return None

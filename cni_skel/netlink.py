@@ -1361,6 +1361,7 @@ def create_tap(ipr: Socket, name: str, *, netns: NetNS | None = None,
         msg.encode()
         request = ifinfmsg(msg.data)  # what pyroute2's tuntap handler reads: a parsed one
         request.decode()
+        _ids_as_c_int(request)
         try:
             with where.enter():
                 manage_tuntap(request)
@@ -1380,6 +1381,17 @@ def create_tap(ipr: Socket, name: str, *, netns: NetNS | None = None,
         if renamed is None:
             raise CNIError(ERR_INTERNAL, f'tap "{name}" vanished right after creation')
         return renamed
+
+
+def _ids_as_c_int(request: Any) -> None:
+    """pyroute2's tuntap handler hands the uid and gid to ``fcntl.ioctl`` as
+    they are, which packs an int as a C int: 2**31 and more overflow. The
+    kernel reads TUNSETOWNER/TUNSETGROUP's argument as an unsigned long cut
+    to 32 bits, so the same bits as a negative int set the same id."""
+    data = request.get_attr("IFLA_LINKINFO").get_attr("IFLA_INFO_DATA")
+    for slot in data["attrs"]:
+        if slot.name in ("IFTUN_UID", "IFTUN_GID") and slot.value >= 2**31:
+            slot.nla["value"] = slot.value - 2**32
 
 
 def _free_temp_name(ipr: Socket, name: str) -> str:

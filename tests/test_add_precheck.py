@@ -16,6 +16,7 @@ import os
 import shlex
 
 import pytest
+from yardsticks import printed
 
 from cni_skel import netlink
 from cni_skel.errors import ERR_INCOMPATIBLE_CNI_VERSION, ERR_INTERNAL, CNIError
@@ -370,7 +371,7 @@ def test_portmap_same_config_passes_through_from_030(version, portmap, node_netn
     c = portmap_conf(version, prev)
     result = run_plugin(portmap, "ADD", c, container_id=CID, netns=pod_netns.path,
                         node=node_netns)
-    assert result == {**prev, "dns": {}}
+    assert result == printed(prev)
     assert nft_elements(node_netns, *PORTMAP_TABLE) == 0  # no container address to map to
 
 
@@ -439,7 +440,7 @@ def test_loopback_same_configs_work_from_030(version, loopback, node_netns, netn
     prev = ipless_prev(version, pod, "same")
     result = run_plugin(loopback, "ADD", lo_conf(version, prev), netns=pod.path, ifname="lo",
                         node=node_netns)
-    assert result == {**prev, "dns": {}}
+    assert result == printed(prev)
     assert link_state(pod, "lo")["up"]
 
 

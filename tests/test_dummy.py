@@ -1,6 +1,7 @@
 """dummy through the real executable. Debian's Go plugins (1.1.1) have no
-dummy, so the result is compared with what Go's v1.9.1 prints (read from its
-source: one interface, every IP on it, IPAM's routes and DNS). This
+dummy, so the result is compared with Go v1.9.1's, written out from its
+source (one interface, every IP on it, IPAM's routes and DNS) and side by
+side with its binary (tests/yardsticks.py). This
 machine's kernel may have no dummy: the tests are marked ``kernel("dummy")``
 and then run in the suite's VM (tests/kernelvm.py)."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import yardsticks
 from podlink_common import (
     allocated,
     call,
@@ -21,6 +23,7 @@ from podlink_common import (
     merged,
     pod_state,
     refused,
+    side_by_side,
 )
 
 from cni_skel import netlink
@@ -96,6 +99,30 @@ def test_add_check_del(dummy, node_netns, netns_factory, tmp_path):
     c = conf(tmp_path)
     call(dummy, "ADD", c, node_netns, pod)
     del_with_netns_gone(dummy, c, node_netns, pod, tmp_path, NET)
+
+
+def _node_and_pod(factory):
+    return factory("cnsk-node"), factory("cnsk-pod")
+
+
+def test_same_as_go_191(dummy, netns_factory, tmp_path):
+    """Side by side with Go v1.9.1's dummy binary (Debian's 1.1.1 has
+    none), each in fresh namespaces, for 0.3.1, 0.4.0 and 1.0.0: the same
+    result (MAC and sandbox masked) and the same pod link (kind, state,
+    addresses, routes); CHECK passes on both, DEL twice leaves nothing."""
+    go = yardsticks.LATEST
+    if not go.has("dummy"):
+        pytest.fail(f"Go v{go.version} is missing in {go.dir}: run `make go-latest`")
+    for version in ("0.3.1", "0.4.0", "1.0.0"):
+        for who in ("ours", "go"):
+            (tmp_path / version / who).mkdir(parents=True)
+
+        def conf_of(who, v=version):
+            return conf(tmp_path / v / who, v)
+
+        run = side_by_side(dummy, go, conf_of, netns_factory, _node_and_pod)
+        run.same()
+        run.finish(conf_of, version, NET, tmp_path / version)
 
 
 def test_failures_leave_nothing(dummy, node_netns, netns_factory, tmp_path):

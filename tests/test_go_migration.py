@@ -20,6 +20,7 @@ import sys
 
 import pytest
 import yardsticks
+from cni_skel_plugins.portmap import goiptables
 from test_portmap import CLIENT4, NODE4, Echo, ip, sysctls, talk, unreachable
 
 from cni_skel import gomasq, gorules
@@ -28,7 +29,6 @@ from cni_skel.harness import nft_table, run_plugin
 from cni_skel.netns import NetNS
 from cni_skel.nft import attachment_tag
 from cni_skel.runtime import Runtime, RuntimeConf, load_file
-from plugins.portmap import goiptables
 
 NET = "mignet"
 BRIDGE = "migbr0"
@@ -329,3 +329,35 @@ def test_migrate_to_go(backend, cni_bin, go_yardstick, node, client, netns_facto
     assert unreachable(client, NODE4, PORT)
     assert not [p for p in (tmp_path / "ipam" / NET).iterdir()
                 if not p.name.startswith(("lock", "last_", "."))]
+
+
+def test_migrate_ptp_to_go(cni_bin, go_yardstick, node, netns_factory, tmp_path):
+    """ptp with ``ipMasq``: `cni-skel migrate --to-go` makes Go's
+    masquerade chain for the cached pod and removes our entries; Go's DEL
+    of the pod then succeeds (without the chain Go 1.1.1's fails) and
+    leaves nothing of either."""
+    conf_dir, cache = tmp_path / "net.d", tmp_path / "cache"
+    conf_dir.mkdir()
+    ptp = {"cniVersion": "1.0.0", "name": NET, "type": "ptp", "ipMasq": True,
+           "ipam": {"type": "host-local", "subnet": SUBNET, "dataDir": str(tmp_path / "ipam")}}
+    (conf_dir / "ptp.conflist").write_text(json.dumps(
+        {"cniVersion": "1.0.0", "name": NET, "plugins": [
+            {k: v for k, v in ptp.items() if k not in ("cniVersion", "name")}]}))
+    netlist = load_file(str(conf_dir / "ptp.conflist"))
+    cni = Runtime(str(conf_dir), [cni_bin], str(cache), plugin_netns=node.path)
+    pod = pod_ns(netns_factory)
+    cni.add(netlist, RuntimeConf("ours-ptp", pod.path, "eth0"))
+    cli = [os.path.join(os.path.dirname(sys.executable), "cni-skel"), "migrate", "--to-go",
+           "--cache-dir", str(cache), "--go-path", go_yardstick.dir]
+    done = subprocess.run(["ip", "netns", "exec", node.name, *cli], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "made Go's masquerade rule: iptables -t nat -A POSTROUTING" in done.stdout
+    chain = gorules.chain_name(NET, "ours-ptp")
+    assert chain in go_chains(node)
+    masq = nft_table(node, "inet", "cni_skel_masq")
+    assert masq is None or not any(list(masq.elements(s)) for s in masq.sets)
+    run_plugin(os.path.join(go_yardstick.dir, "ptp"), "DEL", ptp, container_id="ours-ptp",
+               netns=pod.path, node=node, cni_path=go_yardstick.dir)
+    assert chain not in go_chains(node) and go_rules(node, "ours-ptp") == []
+

@@ -51,10 +51,12 @@ def run(exe, verb, c, node, pod, cid="gm-c1", *, cni_bin, **kw):
                       cni_path=cni_bin, **kw)
 
 
-def nat(node) -> dict[int, list[str]]:
-    """``iptables -t nat -S`` and ``ip6tables -t nat -S`` in ``node``."""
+def nat(node, variant: str = "") -> dict[int, list[str]]:
+    """``iptables -t nat -S`` and ``ip6tables -t nat -S`` in ``node``
+    (``variant`` "legacy": ``iptables-legacy``, whatever the node's is)."""
     out = {}
-    for version, tool in ((4, "iptables"), (6, "ip6tables")):
+    suffix = f"-{variant}" if variant else ""
+    for version, tool in ((4, f"iptables{suffix}"), (6, f"ip6tables{suffix}")):
         proc = subprocess.run(["ip", "netns", "exec", node.name, tool, "-w", "5", "-t", "nat",
                                "-S"], capture_output=True, text=True, timeout=30, check=True)
         out[version] = proc.stdout.splitlines()

@@ -583,7 +583,7 @@ def test_pci_and_dpdk_through_the_plugin(netns_factory, tmp_path):
     # DPDK (Go >= 1.7): nothing moves; the interface is named, without a MAC
     dpdk = conf(tmp_path, device="", pciBusID="0000:00:0b.0")
     assert _dispatch(OnCopy, node, "ADD", dpdk, pod, str(bin_dir)) == {
-        "cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": pod.path}], "dns": {}}
+        "cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": pod.path}]}
     with_ipam = conf(tmp_path, ipam=True, device="", pciBusID="0000:00:0b.0")
     result = _dispatch(OnCopy, node, "ADD", with_ipam, pod, str(bin_dir))
     assert result["ips"] == [{"interface": 0, "address": "10.71.0.2/24", "gateway": "10.71.0.1"}]

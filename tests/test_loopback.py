@@ -41,8 +41,7 @@ EXPECTED = {
     "1.0.0": lambda p: {"cniVersion": "1.0.0",
                         "interfaces": [{"name": "lo", "mac": "00:00:00:00:00:00", "sandbox": p}],
                         "ips": [{"interface": 0, "address": "127.0.0.1/8"},
-                                {"interface": 0, "address": "::1/128"}],
-                        "dns": {}},
+                                {"interface": 0, "address": "::1/128"}]},  # no empty dns
 }
 EXPECTED["0.2.0"] = lambda p: {**EXPECTED["0.1.0"](p), "cniVersion": "0.2.0"}
 EXPECTED["0.3.0"] = lambda p: {**EXPECTED["0.3.1"](p), "cniVersion": "0.3.0"}
@@ -96,7 +95,7 @@ def test_chained_returns_prev_result_unchanged(loopback, node_netns, pod_netns):
     old = {"cniVersion": "0.3.1", "ips": [{"version": "4", "address": "10.0.0.5/24"}]}
     result = run_plugin(loopback, "ADD", conf("1.0.0", prevResult=old), netns=pod_netns.path,
                         node=node_netns)
-    assert result == {"cniVersion": "1.0.0", "ips": [{"address": "10.0.0.5/24"}], "dns": {}}
+    assert result == {"cniVersion": "1.0.0", "ips": [{"address": "10.0.0.5/24"}]}
 
 
 def test_check_fails_when_lo_is_down(loopback, node_netns, pod_netns):

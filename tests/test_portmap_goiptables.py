@@ -25,6 +25,7 @@ import subprocess
 
 import pytest
 import yardsticks
+from cni_skel_plugins.portmap import goiptables as G
 from test_gomasq import nat
 from test_portmap import (  # noqa: F401  (bridge_exe, net, portmap: fixtures)
     CLIENT4,
@@ -44,7 +45,6 @@ from test_portmap import (  # noqa: F401  (bridge_exe, net, portmap: fixtures)
 from cni_skel.errors import CNIError
 from cni_skel.harness import nft_table, run_plugin
 from cni_skel.netns import NetNS
-from plugins.portmap import goiptables as G
 
 CID = "pm-go-c1"
 

@@ -161,7 +161,7 @@ def test_prev_result_of_an_older_version_is_converted(probe):
     run = add(probe, {"cniVersion": "1.1.0", "name": "n", "type": "probe", "prevResult": prev})
     assert run.doc == {"cniVersion": "1.1.0",
                        "ips": [{"address": "10.0.0.7/24", "gateway": "10.0.0.1"}],
-                       "routes": [{"dst": "0.0.0.0/0"}], "dns": {}}
+                       "routes": [{"dst": "0.0.0.0/0"}]}
 
 
 def test_bad_prev_result_is_an_error(probe):

@@ -126,6 +126,10 @@ def test_vector_reemitted_as_go_printed_it(path: Path) -> None:
             fixed.update(ip)
             ip.clear()
             ip.update(fixed)
+    elif version.startswith("1.") and expected.get("dns") == {}:
+        # Go >= 1.6 leaves an empty dns out of a 1.x result (1.1.1 printed
+        # it): ours do as the newer Go (tests/yardsticks.py, "empty dns")
+        expected = {k: v for k, v in expected.items() if k != "dns"}
 
     assert ours == expected
     # Same key order as Go, so printed results diff cleanly.
@@ -320,9 +324,9 @@ def test_up_from_04x_ignores_declared_version_and_extra_interface_fields() -> No
 
 def test_empty_result_shapes() -> None:
     empty = Result()
-    assert empty.to_version("1.1.0") == {"cniVersion": "1.1.0", "dns": {}}
+    assert empty.to_version("1.1.0") == {"cniVersion": "1.1.0"}  # Go >= 1.6
     assert empty.to_version("0.3.0") == {"cniVersion": "0.3.0", "dns": {}}
-    assert empty.to_json("1.0.0") == b'{"cniVersion": "1.0.0", "dns": {}}'
+    assert empty.to_json("1.0.0") == b'{"cniVersion": "1.0.0"}'
     # Without an argument: the result's own version, else the current one.
     assert empty.to_version()["cniVersion"] == "1.1.0"
     assert Result(cni_version="0.4.0").to_version()["cniVersion"] == "0.4.0"

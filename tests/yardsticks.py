@@ -87,9 +87,10 @@ KNOWN_DIFFERENCES: dict[tuple[str, str], Difference] = {
     **{(plugin, "empty dns"): Difference(
         "1.6.0", "a 1.0.0+ result without DNS leaves out `\"dns\": {}` (containernetworking/cni "
                  "v1.2.0, PR #1039: types100.Result.MarshalJSON drops an empty DNS; plugins "
-                 "vendor cni >= 1.2 from v1.6.0); 0.x results still print it")
+                 "vendor cni >= 1.2 from v1.6.0); 0.x results still print it. Ours do as "
+                 "1.6+; 1.1.1 prints it")
        for plugin in ("static", "ptp", "macvlan", "ipvlan", "vlan", "host-device", "loopback",
-                      "bridge")},
+                      "bridge", "host-local", "dhcp", "tap")},
     **{(plugin, "empty dns"): Difference(
         "1.6.0", "passes a 1.0.0+ prevResult through re-encoded, the same MarshalJSON dropping "
                  "its empty `\"dns\": {}`; ours pass prevResult on as received")
@@ -149,6 +150,16 @@ def differs(y: Yardstick, plugin: str, what: str) -> bool:
     return _release(y.version) >= _release(KNOWN_DIFFERENCES[(plugin, what)].since)
 
 
+def printed(doc: dict) -> dict:
+    """A result ``doc`` as ours (and Go >= 1.6) print it: ``dns`` (``{}``
+    when missing) in the 0.x shapes; in 1.x only when not empty."""
+    out = {k: v for k, v in doc.items() if k != "dns"}
+    dns = doc.get("dns") or {}
+    if dns or not str(doc.get("cniVersion", "")).startswith("1."):
+        out["dns"] = dns
+    return out
+
+
 def as_go(y: Yardstick, plugin: str, doc: dict | None) -> dict | None:
     """Our result ``doc`` of ``plugin`` as ``y``'s Go prints it: each known
     result difference of ``plugin`` that ``y`` shows applied (for 1.1.1,
@@ -156,9 +167,13 @@ def as_go(y: Yardstick, plugin: str, doc: dict | None) -> dict | None:
     if doc is None or not isinstance(doc, dict):
         return doc
     out = dict(doc)
-    if (str(out.get("cniVersion", "")).startswith("1.") and out.get("dns") == {}
-            and (plugin, "empty dns") in KNOWN_DIFFERENCES and differs(y, plugin, "empty dns")):
-        del out["dns"]
+    if str(out.get("cniVersion", "")).startswith("1.") \
+            and (plugin, "empty dns") in KNOWN_DIFFERENCES:
+        if differs(y, plugin, "empty dns"):
+            if out.get("dns") == {}:  # a prevResult ours passed on as received
+                del out["dns"]
+        elif "dns" not in out:  # before 1.6 Go printed it, last
+            out["dns"] = {}
     return out
 
 

@@ -20,8 +20,10 @@ the CNI spec 1.1.0 and of the Go SDK's converters:
   anything, and `result_to_version` raises the same error.
 
 Output dicts have Go's key order so that printed results diff cleanly against
-the Go plugins'. ``dns`` is always printed (``{}`` when empty), as the Go
-reference plugins 1.1.1 do.
+the Go plugins'. An empty ``dns`` is left out of 1.0.0 and 1.1.0 results
+and printed as ``{}`` in the older shapes, as the Go plugins do since 1.6
+(containernetworking/cni 1.2's ``types100.Result.MarshalJSON``; 1.1.1
+printed ``{}`` in every version).
 """
 
 from __future__ import annotations
@@ -333,7 +335,9 @@ def _to_list_shape(result: Result, version: str, *, legacy: bool) -> dict:
         out["ips"] = [_ip_wire(ip, with_version=legacy) for ip in result.ips]
     if result.routes:
         out["routes"] = [_route_wire(r) for r in result.routes]
-    out["dns"] = _dns_wire(result.dns)
+    if legacy or not result.dns.is_empty():
+        # 1.x: an empty dns is left out, as Go's types100 since cni 1.2
+        out["dns"] = _dns_wire(result.dns)
     return out
 
 

@@ -216,8 +216,10 @@ class Result(_ResultModel):
         """The result as a JSON-ready dict in the wire shape of ``version``.
 
         ``version`` defaults to ``cni_version``, then the current version.
-        Raises `CNIError` (code 1) when the version is unknown or the result
-        cannot be expressed in it (ADD asks `check_expressible` first).
+        An empty ``dns`` is left out of the 1.0.0/1.1.0 shape (Go >= 1.6)
+        and printed ``{}`` in the 0.x ones. Raises `CNIError` (code 1) when
+        the version is unknown or the result cannot be expressed in it (ADD
+        asks `check_expressible` first).
         """
         return registry.convert(self, version or self.cni_version or CURRENT_VERSION)
 

@@ -17,6 +17,7 @@ from cni_skel import (CmdArgs, CNIError, Interface, IPAMConf, NetConf, Plugin, R
                       netlink)
 from cni_skel.config import IPMasqBackend
 from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG
+from cni_skel.gorules import GoHandOver
 from cni_skel.invoke import delegate_check, delegate_del, ipam_add
 from cni_skel.ipam import check_interface_ips, check_routes, configure_iface
 from cni_skel.masq import check_ip_masq, gc_ip_masq, setup_ip_masq, teardown_ip_masq
@@ -186,6 +187,21 @@ class Ptp(Plugin):
             gomasq.status()
         elif conf.ip_masq:
             nft_status()
+
+    @classmethod
+    def hand_over_to_go(cls, conf: PtpConf, handover: GoHandOver, *,
+                        dry_run: bool = False) -> list[str]:
+        """``cni-skel migrate --to-go`` of a pod that stays: with ``ipMasq``,
+        Go's masquerade rules for its cached addresses (Go's DEL fails
+        without them), then ours of the attachment go."""
+        prev = conf.prev_result
+        if not conf.ip_masq or prev is None or not prev.ips:
+            return []
+        lines = gomasq.hand_over(conf.name, handover.container_id,
+                                 [ipc.address for ipc in prev.ips], dry_run=dry_run)
+        if not dry_run:
+            teardown_ip_masq(conf.name, attachment_tag(handover.container_id, handover.ifname))
+        return [*lines, f"{'would remove' if dry_run else 'removed'} our masquerade entries"]
 
 
 if __name__ == "__main__":

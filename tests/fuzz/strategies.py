@@ -49,6 +49,7 @@ from cni_skel_plugins.portmap.config import PortMapConf
 from cni_skel_plugins.ptp import PtpConf
 from cni_skel_plugins.sbr import SbrConf
 from cni_skel_plugins.static.config import StaticConf
+from cni_skel_plugins.tap import TapConf
 from cni_skel_plugins.tuning.config import TuningConf
 from cni_skel_plugins.vlan import VlanConf
 from cni_skel_plugins.vrf import VrfConf
@@ -80,7 +81,7 @@ __all__ = [
 ]
 
 PLUGINS = ("bandwidth", "bridge", "firewall", "flannel", "host-device", "host-local", "loopback",
-           "macvlan", "portmap", "ptp", "sbr", "static", "tuning")
+           "macvlan", "portmap", "ptp", "sbr", "static", "tap", "tuning")
 #: Plugins whose link kind some kernels lack, with the feature they need
 #: (tests/kernelvm.py): where the host has none, they are fuzzed in its VM.
 KERNEL_PLUGINS = {"ipvlan": "ipvlan", "vlan": "8021q", "dummy": "dummy", "vrf": "vrf"}
@@ -222,6 +223,8 @@ def base_config(plugin: str, version: str = CURRENT_VERSION) -> dict:
         conf.update(ipMasq=True, ipam=ipam)
     elif plugin == "host-device":
         conf.update(device=DEVICE, dataDir=HOSTDEV, ipam=ipam)
+    elif plugin == "tap":
+        conf.update(mtu=1400, multiQueue=True, owner=1000, group=1000, ipam=ipam)
     return conf
 
 
@@ -305,6 +308,13 @@ HINTS: dict[str, st.SearchStrategy[Any]] = {
     # time in ten per key, so that most configs get past validation.
     # sampled_from leans to its first items: the lists interleave what
     # should be even.
+    # tap: ids the kernel takes, and ones the model refuses; a label no
+    # kernel here can apply (no SELinux: EINVAL, nothing made); a bridge in
+    # the pod that is not there, or no interface name at all
+    "TapConf.owner": st.sampled_from([None, 0, 1000, 4294967294, 4294967295, -1]),
+    "TapConf.group": st.sampled_from([None, 0, 1000, 4294967294, 4294967295, -1]),
+    "TapConf.selinuxContext": st.sampled_from(["", "", "", "system_u:system_r:container_t:s0"]),
+    "TapConf.bridge": st.sampled_from([None, None, "", "fzpodbr0", "bad name!"]),
     "FirewallConf.backend": st.sampled_from(["iptables", "nftables", ""] * 6
                                             + ["IPTABLES", "iptables ", None]),
     "FirewallConf.ingressPolicy": st.sampled_from(["open", "same-bridge", "isolated"] * 5
@@ -416,7 +426,7 @@ _CONF_MODEL = {"bridge": BridgeConf, "host-local": HostLocalConf, "loopback": Ne
                "ptp": PtpConf, "host-device": HostDeviceConf, "ipvlan": IPVlanConf,
                "vlan": VlanConf, "dummy": NetConf, "sbr": SbrConf, "static": StaticConf,
                "flannel": FlannelConf, "bandwidth": BandwidthConf, "vrf": VrfConf,
-               "firewall": FirewallConf}
+               "firewall": FirewallConf, "tap": TapConf}
 # Keys the base config sets (or the case adds) rather than the derivation.
 _BASE_KEYS = frozenset({"cniVersion", "name", "type", "bridge", "ipam", "prevResult", "dataDir",
                         "cni.dev/valid-attachments", "cni.dev/attachments", "master",
