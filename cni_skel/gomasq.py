@@ -77,7 +77,8 @@ IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 
 
 def _h16(text: str) -> str:
-    return hashlib.sha512(text.encode()).hexdigest()[:16]
+    # surrogatepass: a GC list may name IDs no runtime sends (lone surrogates)
+    return hashlib.sha512(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def nft_prefix(network: str, ifname: str | None = None,

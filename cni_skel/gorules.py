@@ -496,21 +496,33 @@ def ipmasq_rules(network: str, container_id: str,
 def ipmasq_commands(network: str, container_id: str,
                     addrs: Iterable[ipaddress.IPv4Interface | ipaddress.IPv6Interface]
                     ) -> list[list[str]]:
-    """The commands Go bridge's ADD runs for ``ipMasq`` (``ip.SetupIPMasq``,
-    iptables backend), as argv lists: per IP version, ``-N`` of the chain
-    ``CNI-<hash>`` in table nat, then `ipmasq_rules` (accept traffic to the
-    pod's subnet, masquerade the rest but multicast, the ``POSTROUTING``
-    jump per address), all commented `owner_comment`. Go's DEL of the pod
+    """The commands Go bridge's ADD runs for ``ipMasq`` (1.1.1
+    ``ip.SetupIPMasq``, iptables backend), as argv lists: per address, the
+    chain ``CNI-<hash>`` in table nat accepting traffic to the pod's subnet
+    and masquerading the rest but multicast, and the ``POSTROUTING`` jump for
+    the pod's address, all commented `owner_comment`. Go's DEL of the pod
     deletes exactly these and fails when its chain is missing (iptables-nft
     answers "Chain ... does not exist", which Go does not take for "already
     gone"); they can only be written through iptables (libnftables' JSON
     cannot write an xtables comment match)."""
     chain = chain_name(network, container_id)
+    comment = owner_comment(network, container_id)
     out: list[list[str]] = []
-    for version, rules in ipmasq_rules(network, container_id, addrs).items():
-        tool = "iptables" if version == 4 else "ip6tables"
-        out.append([tool, "-t", "nat", "-N", chain, "--wait"])
-        out += [[tool, "-t", "nat", *rule, "--wait"] for rule in rules]
+    made: set[str] = set()
+    for a in addrs:
+        tool = "iptables" if a.version == 4 else "ip6tables"
+        multicast = "224.0.0.0/4" if a.version == 4 else "ff00::/8"
+        if tool not in made:
+            made.add(tool)
+            out.append([tool, "-t", "nat", "-N", chain, "--wait"])
+        out += [
+            [tool, "-t", "nat", "-A", chain, "-d", str(a.network), "-j", "ACCEPT",
+             "-m", "comment", "--comment", comment, "--wait"],
+            [tool, "-t", "nat", "-A", chain, "!", "-d", multicast, "-j", "MASQUERADE",
+             "-m", "comment", "--comment", comment, "--wait"],
+            [tool, "-t", "nat", "-A", "POSTROUTING", "-s", str(a.ip), "-j", chain,
+             "-m", "comment", "--comment", comment, "--wait"],
+        ]
     return out
 
 

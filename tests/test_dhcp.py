@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yardsticks
 from conftest import HERE, SuiteWorker, worker_command
 from dhcp_lan import (
     DNS_SERVER,
@@ -191,7 +192,9 @@ def test_same_result_as_go_with_its_daemon(dhcp_node: Any, netns_factory: Any,
         assert go_run.exit_code == 0, (go_run, go.log())
         ours = node.call("ADD", node.conf(ipam), our_pod, cid="dh-ours")
         assert ours.exit_code == 0, ours
-        g, o = lease_masked(go_run.doc), lease_masked(ours.doc)
+        # ours as Go 1.1.1 prints it (its empty dns: tests/yardsticks.py)
+        g = lease_masked(go_run.doc)
+        o = yardsticks.as_go(yardsticks.DEBIAN, "macvlan", lease_masked(ours.doc))
         assert o == g
         assert list(o) == list(g)
         assert o["routes"] == [{"dst": "10.77.0.0/16", "gw": "10.56.0.254"},

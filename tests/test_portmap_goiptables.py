@@ -78,6 +78,7 @@ VARIANTS = {
                     "conditionsV6": ["!", "-s", "fd00:98::/64"]}, MAPPINGS),
     "no-snat": ({"snat": False}, MAPPINGS),
     "many-ports": ({}, MANY),
+    "repeated": ({}, [mapping(8080, 80), mapping(8080, 80)]),  # Go's rules go in once
 }
 
 

@@ -17,7 +17,9 @@ import doc_runner
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PLUGIN_PY = ROOT / "plugins" / "ptp" / "plugin.py"
-MAX_CODE_LINES = 120  # issue 21: the author trial's 225 minus what the SDK owns
+# issue 21: the author trial's 225 minus what the SDK owns (120); issue 49: Go's
+# ipMasqBackend (1.5+, both layouts through cni_skel.gomasq) and the hand-over to Go
+MAX_CODE_LINES = 135
 
 
 def code_lines(text: str) -> int:

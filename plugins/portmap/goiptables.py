@@ -187,13 +187,24 @@ def _plan(ipt: IPTables, layout: list[Chain]) -> list[str]:
         new = not ipt.chain_exists(c.name)
         if new:
             lines.append(f"-N {c.name}")
-        lines += [_line("-A", c.name, r) for r in c.rules if new or not ipt.exists(c.name, r)]
-        for entry, rule in c.entries():
+        for r in _unique(c.rules):
+            if new or not ipt.exists(c.name, r):
+                lines.append(_line("-A", c.name, r))
+        for entry, rule in _unique(c.entries()):
             # a jump to a chain made just now can not be there yet
             if new or not ipt.exists(entry, rule):
                 lines.append(_line("-I", entry, ["1", *rule]) if c.prepend
                              else _line("-A", entry, rule))
     return lines
+
+
+def _unique(items: list) -> list:
+    # Go's InsertUnique: a rule given twice (a mapping repeated) goes in once
+    out: list = []
+    for item in items:
+        if item not in out:
+            out.append(item)
+    return out
 
 
 def setup(conf: PortMapConf, container_id: str, addrs: list[IPInterface]) -> None:

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from cni_skel import (CmdArgs, CNIError, Interface, IPAMConf, NetConf, Plugin, Result, gomasq,
-                      netlink)
+from cni_skel import CmdArgs, CNIError, IPAMConf, NetConf, Plugin, Result, gomasq, netlink
 from cni_skel.config import IPMasqBackend
 from cni_skel.errors import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG
 from cni_skel.gorules import GoHandOver
@@ -27,6 +26,7 @@ from cni_skel.rollback import rollback
 from cni_skel.rtnl import Rtnl
 from cni_skel.sysctl import enable_forward
 from cni_skel.tags import attachment_tag
+from cni_skel.types import Interface
 from cni_skel.veth import delete_veth, setup_veth
 from pydantic import Field
 
