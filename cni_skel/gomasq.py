@@ -47,7 +47,7 @@ from collections.abc import Iterable
 
 from . import gorules
 from .errors import ERR_PLUGIN_NOT_AVAILABLE, CNIError
-from .iptables import IPTables, variant
+from .iptables import IPTables, restore_line, variant
 from .nft import Nft
 
 __all__ = [
@@ -102,15 +102,8 @@ def nft_comment(network: str, ifname: str, container_id: str) -> str:
     return text[:_NFT_COMMENT_MAX]
 
 
-def _quote(arg: str) -> str:
-    # iptables-restore's tokenizer: double quotes group, a backslash escapes.
-    if arg and all(c.isalnum() or c in "-_./:!" for c in arg):
-        return arg
-    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def _line(argv: list[str]) -> str:
-    return " ".join(_quote(a) for a in argv)
+    return restore_line(argv)
 
 
 def _listed(ipt: IPTables, chain: str) -> list[list[str]] | None:

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 from .errors import ERR_INTERNAL, CNIError
 
-__all__ = ["IPTables", "variant"]
+__all__ = ["IPTables", "restore_line", "variant"]
 
 _TOOLS = {4: "iptables", 6: "ip6tables"}
 _NO = (1,)  # iptables' exit status for "no such rule / chain"
@@ -36,6 +36,21 @@ _NO = (1,)  # iptables' exit status for "no such rule / chain"
 # exist: for a question that is "no"; a rule that is really malformed fails
 # loudly when it is then inserted.
 _NO_RULE = (1, 2)
+
+
+_BARE = frozenset("-_./:!,[]")  # what iptables-restore reads unquoted as one word
+
+
+def restore_line(argv: Sequence[str]) -> str:
+    """``argv`` (``["-A", "POSTROUTING", "-s", ...]``) as one line of
+    ``iptables-restore`` input (`IPTables.restore`): an argument with a blank
+    or a quote goes in double quotes, ``\\`` and ``"`` escaped, as the
+    tool's tokenizer reads them (a comment such as ``name: "n" id: "c"``)."""
+    def quote(arg: str) -> str:
+        if arg and all(c.isalnum() or c in _BARE for c in arg):
+            return arg
+        return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return " ".join(quote(a) for a in argv)
 
 
 @functools.lru_cache(maxsize=4)

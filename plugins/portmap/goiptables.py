@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from cni_skel import gorules
 from cni_skel.errors import ERR_PLUGIN_NOT_AVAILABLE, CNIError
-from cni_skel.iptables import IPTables, variant
+from cni_skel.iptables import IPTables, restore_line, variant
 from cni_skel.nft import Nft
 
 from .config import PortMapConf
@@ -168,15 +168,8 @@ def chains(conf: PortMapConf, container_id: str, addr: IPInterface) -> list[Chai
     return out
 
 
-def _quote(arg: str) -> str:
-    # iptables-restore's tokenizer: double quotes group, a backslash escapes.
-    if arg and all(c.isalnum() or c in "-_./:!,[]" for c in arg):
-        return arg
-    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def _line(op: str, chain: str, rule: list[str]) -> str:
-    return " ".join([op, chain, *(_quote(a) for a in rule)])
+    return restore_line([op, chain, *rule])
 
 
 def _plan(ipt: IPTables, layout: list[Chain]) -> list[str]:
