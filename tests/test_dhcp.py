@@ -52,7 +52,6 @@ from cni_skel.warm.doctor import diagnose
 from cni_skel.warm.install import write_executable
 from cni_skel.warm.protocol import REQUIRED_ENV
 
-GO_DIR = "/usr/lib/cni"
 PLUGINS = {"macvlan": "cni_skel_plugins.macvlan:Macvlan",
            "bridge": "cni_skel_plugins.bridge:Bridge", "dhcp": "cni_skel_plugins.dhcp:Dhcp"}
 
@@ -177,24 +176,27 @@ def test_macvlan_pod_leases_checks_and_releases(dhcp_node: Any, netns_factory: A
 
 
 def test_same_result_as_go_with_its_daemon(dhcp_node: Any, netns_factory: Any,
+                                           go_yardstick: yardsticks.Yardstick,
                                            tmp_path: Path) -> None:
-    """Go 1.1.1's macvlan + dhcp with its daemon, and ours, on the same server
-    with classless routes (option 121, asked for): the same result but for
-    the address each pod got; the same client ID shape in the lease table."""
+    """Go's macvlan + dhcp with its daemon (each set), and ours, on the same
+    server with classless routes (option 121, asked for): the same result
+    but for the address each pod got; the same client ID shape in the lease
+    table."""
+    y = go_yardstick
     node = dhcp_node(classless_routes=[("10.77.0.0/16", "10.56.0.254"),
                                        ("0.0.0.0/0", ROUTER)])
     ipam = {"request": [{"option": "121"}]}
-    with GoDhcpDaemon(node.lan.node, tmp_path / "go") as go:
+    with GoDhcpDaemon(node.lan.node, tmp_path / "go", binary=y.exe("dhcp")) as go:
         go_pod, our_pod = netns_factory("cnsk-dhg"), netns_factory("cnsk-dho")
         go_conf = node.conf({**go.ipam(), **ipam})
-        go_run = run_plugin_raw(f"{GO_DIR}/macvlan", "ADD", go_conf, container_id="dh-go",
-                                netns=go_pod.path, node=node.lan.node, cni_path=GO_DIR)
+        go_run = run_plugin_raw(y.exe("macvlan"), "ADD", go_conf, container_id="dh-go",
+                                netns=go_pod.path, node=node.lan.node, cni_path=y.dir)
         assert go_run.exit_code == 0, (go_run, go.log())
         ours = node.call("ADD", node.conf(ipam), our_pod, cid="dh-ours")
         assert ours.exit_code == 0, ours
-        # ours as Go 1.1.1 prints it (its empty dns: tests/yardsticks.py)
+        # ours as that Go prints it (1.1.1's empty dns: tests/yardsticks.py)
         g = lease_masked(go_run.doc)
-        o = yardsticks.as_go(yardsticks.DEBIAN, "macvlan", lease_masked(ours.doc))
+        o = yardsticks.as_go(y, "macvlan", lease_masked(ours.doc))
         assert o == g
         assert list(o) == list(g)
         assert o["routes"] == [{"dst": "10.77.0.0/16", "gw": "10.56.0.254"},
@@ -202,9 +204,9 @@ def test_same_result_as_go_with_its_daemon(dhcp_node: Any, netns_factory: Any,
         ids = {lease.client_id for lease in node.server.leases()}
         assert client_id_hex("dh-go", node.net, "eth0") in ids
         assert client_id_hex("dh-ours", node.net, "eth0") in ids
-        assert run_plugin_raw(f"{GO_DIR}/macvlan", "DEL", go_conf, container_id="dh-go",
+        assert run_plugin_raw(y.exe("macvlan"), "DEL", go_conf, container_id="dh-go",
                               netns=go_pod.path, node=node.lan.node,
-                              cni_path=GO_DIR).exit_code == 0
+                              cni_path=y.dir).exit_code == 0
         assert node.call("DEL", node.conf(ipam), our_pod, cid="dh-ours").exit_code == 0
 
 
