@@ -29,7 +29,7 @@ SYS_PKGS := iproute2 nftables libnftables1 containernetworking-plugins python3 p
             qemu-system-x86 linux-image-amd64 cpio iptables firewalld prometheus dnsmasq-base
 
 .PHONY: all deps venv demo test install image lint api api-check docs dist-check bench bench-quick
-.PHONY: fuzz clean go-latest
+.PHONY: fuzz clean go-latest conformance
 
 all: test
 
@@ -125,6 +125,12 @@ FUZZ_INPUTS ?= 100000
 
 fuzz: deps venv
 	CNI_SKEL_FUZZ_EXAMPLES=$(FUZZ_INPUTS) $(PY) -m pytest -q -m fuzz tests/fuzz $(FUZZ_ARGS)
+
+# The conformance kit (issue 50) on every reference plugin in both modes (CI: warm, and
+# two one-shot) and on both Go yardsticks; about 20 minutes.
+conformance: deps venv go-latest
+	CNI_SKEL_CONFORMANCE_ALL=1 $(PY) -m pytest -q tests/test_conformance_reference.py \
+	  tests/test_conformance_go.py $(CONFORMANCE_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -111,7 +111,8 @@ PUBLIC = (*_EXPORTS, "Rollback", "rollback")
 #: The submodules whose ``__all__`` is public API, as dotted names below
 #: ``cni_skel`` (docs/stability.md; the snapshot in api/ covers exactly these).
 PUBLIC_MODULES = (
-    "announce", "args", "cli", "config", "conntrack", "env", "errors", "gomasq", "gorules",
+    "announce", "args", "cli", "config", "conformance", "conformance.contract",
+    "conformance.snapshot", "conntrack", "env", "errors", "gomasq", "gorules",
     "harness", "invoke", "ipam", "ipset", "iptables", "keeper", "masq", "model", "netlink",
     "netns", "nft", "rollback", "rtnl", "runtime", "skel", "state", "sysctl", "tags", "tc",
     "testing", "types", "version", "veth",

@@ -160,7 +160,7 @@ import pathlib
 import pytest
 from cni_skel import CNIError, netlink
 from cni_skel.netns import NetNS
-from cni_skel.testing import install_plugin, run_plugin
+from cni_skel.testing import install_plugin, install_reference_plugin, run_plugin
 
 PROJECT = pathlib.Path(__file__).resolve().parent.parent
 CONF = {{"cniVersion": "1.1.0", "name": "test-net", "type": "{name}", "mtu": 1280}}
@@ -214,6 +214,19 @@ def test_version_and_bad_config(exe, node_netns):
     with pytest.raises(CNIError) as err:
         run_plugin(exe, "ADD", {{**CONF, "mtu": 10}}, netns="/run/netns/none", node=node_netns)
     assert err.value.code == 7 and "mtu" in err.value.msg
+
+
+def test_conformance(cni_conformance, tmp_path):
+    """The CNI spec's rules, held by cni-skel's conformance kit (the checks of
+    `cni-skel conformance`): {name} after cni-skel's ptp and host-local in a
+    list, as a runtime runs it; a failed check fails with the kit's table."""
+    install_plugin(tmp_path, "{name}", "{module}:{cls}", pythonpath=[str(PROJECT)])
+    install_reference_plugin(tmp_path, "ptp")
+    install_reference_plugin(tmp_path, "host-local")
+    cni_conformance({{"cniVersion": "1.1.0", "name": "conformance-net", "plugins": [
+        {{"type": "ptp", "ipam": {{"type": "host-local", "subnet": "10.9.0.0/24",
+                                  "dataDir": str(tmp_path / "ipam")}}}},
+        {{"type": "{name}", "mtu": 1280}}]}}, [tmp_path])
 '''
 
 _README = '''\

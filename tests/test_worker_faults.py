@@ -44,8 +44,8 @@ from typing import Any
 
 import pytest
 from conftest import SuiteWorker
-from fuzz import snapshot
 
+from cni_skel.conformance import snapshot
 from cni_skel.harness import TestNetNS, create_netns, remove_netns
 from cni_skel.warm import client as launcher
 from cni_skel.warm.install import plugin_registry, write_executable

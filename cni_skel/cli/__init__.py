@@ -9,6 +9,8 @@
   plugin project);
 * `cni_skel.cli.migrate_cmd`: ``migrate --to-go`` (hand a node's pods back
   to the Go plugins);
+* `cni_skel.cli.conformance_cmd`: ``conformance`` (`cni_skel.conformance`:
+  a plugin held to the spec in throw-away namespaces);
 * `cni_skel.cli.demo_cmd`: ``demo`` (`cni_skel.demo`: a pod network in
   throw-away namespaces);
 * `cni_skel.cli.errors`: how failures are shown (`CNICommandError`).
@@ -22,6 +24,7 @@ import click
 
 from ..runtime import describe_error
 from ..warm.install import plugin_registry, write_executable
+from .conformance_cmd import conformance
 from .demo_cmd import demo
 from .errors import CNICommandError
 from .install_cmds import doctor, install, new_plugin, uninstall, worker
@@ -49,5 +52,5 @@ def main() -> None:
 
 
 for _command in (install, uninstall, doctor, worker, new_plugin, add, check, del_, gc, status,
-                 validate, migrate, demo):
+                 validate, migrate, demo, conformance):
     main.add_command(_command)

@@ -48,12 +48,15 @@ def _settle(ipr: Rtnl, index: int, saved: Saved | None) -> None:
 def _move_out(ipr: Rtnl, node: NetNS, cipr: Rtnl, ifname: str, saved: Saved | None) -> bool:
     """Move the pod's CNI_IFNAME back to the node under its original name
     (its alias, else the saved name), Go 1.1.1's way: down, renamed in the
-    pod, moved; then `_settle`. False when the pod has no such device.
+    pod, moved; then `_settle`. False when the pod has no such device, or
+    one that no ADD moved there (no alias and nothing saved: say, the pod's
+    own interface of that name, which made an ADD fail; Go's DEL fails then,
+    "failed to find original ifname", and the runtime retries it for ever).
 
     Raises:
-        CNIError: 999 with Go's texts: no original name (Go 1.9's), the
-            rename or the move refused (then the device is named CNI_IFNAME
-            again and up if it was, so that DEL can be retried).
+        CNIError: 999 with Go's texts: the rename or the move refused (then
+            the device is named CNI_IFNAME again and up if it was, so that
+            DEL can be retried).
     """
     link = netlink.find_link(cipr, ifname)
     if link is None and saved is not None:
@@ -63,10 +66,9 @@ def _move_out(ipr: Rtnl, node: NetNS, cipr: Rtnl, ifname: str, saved: Saved | No
             link = other
     if link is None:
         return False
+    if not link.alias and saved is None:
+        return False  # no alias, nothing saved: not a device an ADD moved (one refused)
     name = link.alias or (saved.name if saved is not None else "")
-    if not name:
-        raise CNIError(ERR_INTERNAL, f'failed to find original ifname for "{ifname}" '
-                                     "(alias is not set)")
     netlink.link_down(cipr, link)  # a device is renamed only when down
     try:
         if link.name != name:

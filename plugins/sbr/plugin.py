@@ -211,7 +211,9 @@ class Sbr(Plugin):
         back to the main table (what ADD moved; Go's DEL leaves them in the
         tables and the main table without them), except the default routes
         ADD made (proto `ROUTE_PROTO`), which are deleted. Succeeds when the
-        namespace or the interface is gone (nothing left to tidy).
+        namespace is gone (nothing left to tidy); when the interface is gone
+        (its routes went with it), the rules whose source is one of
+        prevResult's addresses go (Go's DEL leaves them).
 
         Raises:
             CNIError: 999 naming the last rule or route the kernel would not
@@ -223,9 +225,16 @@ class Sbr(Plugin):
         with pod, pod.rtnl() as ipr:
             _lock(pod)
             link = netlink.find_link(ipr, args.ifname)
-            if link is None:
-                return
-            mine = {a.ip for a in netlink.addresses(ipr, link)}
+            if link is not None:
+                mine = {a.ip for a in netlink.addresses(ipr, link)}
+            else:  # the interface went, its addresses with it: prevResult names them
+                try:
+                    ips = _ips_of(args.ifname, conf.prev_result) if conf.prev_result else []
+                except CNIError:
+                    ips = []
+                mine = {ipc.address.ip for ipc in ips}
+                if not mine:
+                    return
             failed: CNIError | None = None
             tables = set()
             for rule in netlink.rules(ipr, table=conf.table):
@@ -235,7 +244,7 @@ class Sbr(Plugin):
                         tables.add(rule.table)
                     except CNIError as exc:  # as Go: go on, answer the last failure
                         failed = exc
-            if conf.table is None:
+            if conf.table is None and link is not None:
                 failed = _move_back(ipr, link, tables) or failed
             if failed is not None:
                 raise failed

@@ -70,14 +70,13 @@ from hypothesis import HealthCheck, Phase, given, settings
 from kernelvm import IN_VM_ENV
 
 from cni_skel import netlink
+from cni_skel.conformance import snapshot
+from cni_skel.conformance.contract import Call, answer_contract, error_of
 from cni_skel.harness import TestNetNS, create_netns, remove_netns
 from cni_skel.netns import NetNS
 from cni_skel.nft import Nft
-from cni_skel.types import parse_result
-from cni_skel.version import ALL_VERSIONS
 from cni_skel.warm import client as launcher
 
-from . import snapshot
 from . import strategies as S
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.root]
@@ -99,7 +98,6 @@ POD_SYSCTLS = S.sysctl_paths()
 RESOLV_CONF = "nameserver 10.0.0.53\nsearch fz.local\noptions ndots:2\n"
 SUBNET_ENV = ("FLANNEL_NETWORK=10.66.0.0/16\nFLANNEL_SUBNET=10.66.0.1/24\nFLANNEL_MTU=1450\n"
               "FLANNEL_IPMASQ=false\n")
-TRACEBACK = "Traceback (most recent call last)"
 
 
 def budget() -> tuple[int, int | None]:
@@ -118,30 +116,6 @@ def budget() -> tuple[int, int | None]:
 # --- one call ---------------------------------------------------------------------------
 
 
-@dataclass
-class Call:
-    """What one plugin call answered."""
-
-    exit_code: int | None  # None: timed out
-    stdout: bytes
-    stderr: str
-    seconds: float
-
-    @property
-    def doc(self) -> Any:
-        try:
-            return json.loads(self.stdout)
-        except ValueError:
-            return None
-
-    def brief(self) -> str:
-        out = self.stdout.decode("utf-8", "replace").strip().replace("\n", " ")
-        out = re.sub(r"\s+", " ", out)
-        err = self.stderr.strip().splitlines()[-1:] if self.stderr.strip() else []
-        return (f"exit {self.exit_code}, stdout {out[:400]!r}"
-                + (f", stderr ends {err[0][:200]!r}" if err else ""))
-
-
 def actual_verb(env: dict[bytes, bytes]) -> str:
     """The verb the plugin sees: a spec verb, ``about`` (unset or empty:
     a human asking) or ``unknown``."""
@@ -152,80 +126,20 @@ def actual_verb(env: dict[bytes, bytes]) -> str:
     return text if text in S.VERBS else "unknown"
 
 
-def config_version(stdin: bytes) -> str | None:
-    """The cniVersion a result must be written in, when stdin says one."""
-    try:
-        doc = json.loads(stdin)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(doc, dict):
-        return None
-    v = None
-    for key, value in doc.items():  # as Go decodes it: any case, the last key wins
-        if key.lower() == "cniversion":
-            v = value
-    if v is None or v == "":
-        return "0.1.0"
-    return v if v in ALL_VERSIONS else None
-
-
 def contract(call: Call, verb: str, stdin: bytes) -> list[tuple[str, str]]:
-    """(class, detail) for every rule of the output contract ``call`` breaks."""
-    devs: list[tuple[str, str]] = []
-    if call.exit_code is None:
-        return [("call-timed-out", f"no answer within {CALL_TIMEOUT:.0f} s")]
-    out = call.stdout
-    if TRACEBACK.encode() in out:
-        devs.append(("traceback-on-stdout", call.brief()))
-    doc: Any = None
-    if out.strip():
-        doc = call.doc
-        if not isinstance(doc, dict):
-            devs.append(("stdout-not-one-json-object", call.brief()))
-            return devs
-    is_error = isinstance(doc, dict) and "code" in doc
-    if call.exit_code == 0:
-        if is_error:
-            devs.append(("exit-0-with-error-object", call.brief()))
-        elif verb == "ADD":
-            devs += _check_result(doc, stdin, call)
-        elif verb == "VERSION":
-            if not (isinstance(doc, dict) and isinstance(doc.get("cniVersion"), str)
-                    and isinstance(doc.get("supportedVersions"), list)):
-                devs.append(("version-answer-invalid", call.brief()))
-        elif verb == "unknown":
-            devs.append(("unknown-command-succeeded", call.brief()))
-        elif out.strip():  # DEL, CHECK, GC, STATUS, about
-            devs.append((f"{verb.lower()}-printed-on-success", call.brief()))
-        return devs
-    code = doc.get("code") if is_error else None
-    if not (is_error and type(code) is int and code > 0 and isinstance(doc.get("msg"), str)):
-        devs.append(("error-without-error-object", call.brief()))
-        return devs
-    msg = doc["msg"]
-    if code == 11 and "ended without answering in the cni-skel worker" in msg:
-        devs.append(("worker-child-crashed", call.brief()))
-    elif code == 11 and "cni-skel worker" in msg:
-        devs.append(("worker-did-not-serve", call.brief()))
-    elif TRACEBACK in call.stderr:
-        last = call.stderr.strip().splitlines()[-1]
-        devs.append((f"uncaught-exception-{code}", f"{call.brief()}; {last[:300]}"))
-    if verb == "unknown" and code != 4:
-        devs.append(("unknown-command-not-code-4", call.brief()))
-    return devs
-
-
-def _check_result(doc: Any, stdin: bytes, call: Call) -> list[tuple[str, str]]:
-    if not isinstance(doc, dict):
-        return [("add-success-without-result", call.brief())]
-    want = config_version(stdin)
-    try:
-        parse_result(doc, want)
-    except Exception as exc:
-        return [("add-result-invalid", f"{call.brief()}: {exc}")]
-    if want is not None and doc.get("cniVersion") != want:
-        return [("add-result-wrong-version", f"config {want}, result {doc.get('cniVersion')}")]
-    return []
+    """(class, detail) for every rule of the output contract ``call`` breaks:
+    the conformance kit's answer contract, and our worker's own failures
+    (code 11 naming it) told apart from a plugin's."""
+    found = [tuple(b) for b in answer_contract(call, verb, stdin, timeout=CALL_TIMEOUT)]
+    err = error_of(call)
+    msg = err.get("msg") if err is not None else None
+    if isinstance(msg, str) and err is not None and err.get("code") == 11:
+        worker = ("worker-child-crashed" if "ended without answering in the cni-skel worker"
+                  in msg else "worker-did-not-serve" if "cni-skel worker" in msg else None)
+        if worker is not None:
+            found = [f for f in found if not f[0].startswith("uncaught-exception-")]
+            found.append((worker, call.brief()))
+    return found
 
 
 # --- deviations -------------------------------------------------------------------------

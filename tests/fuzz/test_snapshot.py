@@ -11,11 +11,10 @@ from typing import Any
 
 import pytest
 
+from cni_skel.conformance import snapshot
 from cni_skel.ipset import IPSets
 from cni_skel.netns import NetNS
 from cni_skel.nft import Nft
-
-from . import snapshot
 
 pytestmark = pytest.mark.root
 

@@ -18,7 +18,8 @@ items.
 
 Infrastructure (`is_infra`) is what a plugin creates once for a whole network
 and keeps, as the Go plugins do: the bridge device with its gateway addresses
-and its VLAN gateway veth pair (Go's bridge never deletes them), the rule
+and its VLAN gateway veth pair (Go's bridge never deletes them), the
+loopback addresses of ``lo`` (the kernel's, kept once lo has been up), the rule
 layout inside the nftables tables shared by all pods (``cni_skel_bridge``,
 ``cni_portmap``: chains, sets and rules, e.g. another network's masquerade
 chain; the tables themselves and their *elements* always count: a node has
@@ -401,6 +402,17 @@ def _is_go_nat_infra(key: tuple, new: Any) -> bool:
         and targets <= _GO_NAT_CHAINS
 
 
+def _is_kernel_loopback(key: tuple) -> bool:
+    """127.0.0.1/8 or ::1/128 on ``lo``: the kernel adds them when lo first
+    goes up and keeps them when it goes down (loopback's DEL)."""
+    if key[2] != "lo":
+        return False
+    try:
+        return ipaddress.ip_interface(key[3]).ip.is_loopback
+    except ValueError:
+        return False
+
+
 def is_infra(key: tuple, old: Any, new: Any, before: Snapshot, after: Snapshot) -> bool:
     """Is this difference a network's lasting infrastructure (see the module
     docstring) rather than state of one attachment?"""
@@ -409,7 +421,7 @@ def is_infra(key: tuple, old: Any, new: Any, before: Snapshot, after: Snapshot) 
     if what == "link":
         return _is_infra_link(snaps, key[1], key[2])
     if what == "addr":
-        return _is_infra_link(snaps, key[1], key[2])
+        return _is_infra_link(snaps, key[1], key[2]) or _is_kernel_loopback(key)
     if what == "route":
         return key[5] is not None and _is_infra_link(snaps, key[1], key[5])
     if what in ("nft", "rule") and old is None and _is_go_nat_infra(key, new):
