@@ -223,10 +223,6 @@ def _node_side(key: tuple, old: Any, new: Any, before: snapshot.Snapshot,
     return snapshot.is_infra(key, old, new, before, after)
 
 
-def _failed_as(run: ChainRun) -> str:
-    return run.brief()
-
-
 def _code(run: ChainRun) -> int | None:
     step = run.failed
     err = error_of(step.call) if step is not None else None
@@ -259,13 +255,13 @@ def _prime(s: _Session) -> None:
     pod = rig.pod()
     cid = rig.container_id("prime")
     add = rig.add(cid, pod.path)
-    s.judge("add.succeeds", add.ok, _failed_as(add))
+    s.judge("add.succeeds", add.ok, add.brief())
     dele = rig.delete(cid, pod.path, add.result)
-    s.judge("del.succeeds", dele.ok, _failed_as(dele))
+    s.judge("del.succeeds", dele.ok, dele.brief())
     rig.drop(pod)
     s.primed = add.ok
     if not add.ok:
-        s.why_not_primed = f"ADD fails: {_failed_as(add)}"
+        s.why_not_primed = f"ADD fails: {add.brief()}"
 
 
 @contextmanager
@@ -280,7 +276,7 @@ def _attachment(s: _Session, tag: str) -> Iterator[tuple[Any, str, snapshot.Obse
     with rig.observer(pod) as obs:
         before = obs.take()
         add = rig.add(cid, pod.path)
-        s.judge("add.succeeds", add.ok, _failed_as(add))
+        s.judge("add.succeeds", add.ok, add.brief())
         yield pod, cid, obs, before, add
     rig.drop(pod)
 
@@ -294,7 +290,7 @@ def _lifecycle(s: _Session) -> None:
             added = obs.take()
             if parse_version(s.version) >= (0, 4, 0) and not rig.target.netlist.disable_check:
                 check = rig.check(cid, pod.path, add.result)
-                s.judge("check.passes", check.ok, _failed_as(check))
+                s.judge("check.passes", check.ok, check.brief())
                 s.leaves("readonly.changes-nothing", added, obs.take(), "CHECK")
             else:
                 s.na("check.passes", f"cniVersion {s.version} has no CHECK"
@@ -302,10 +298,10 @@ def _lifecycle(s: _Session) -> None:
         else:
             s.leaves("failure.leaves-nothing", before, obs.take(), "the failed ADD")
         dele = rig.delete(cid, pod.path, add.result)
-        s.judge("del.succeeds", dele.ok, _failed_as(dele))
+        s.judge("del.succeeds", dele.ok, dele.brief())
         s.leaves("del.leaves-nothing", before, obs.take(), "ADD then DEL")
         again = rig.delete(cid, pod.path, add.result)
-        s.judge("del.twice", again.ok, _failed_as(again))
+        s.judge("del.twice", again.ok, again.brief())
         s.leaves("del.leaves-nothing", before, obs.take(), "the second DEL")
 
 
@@ -314,7 +310,7 @@ def _without_prev(s: _Session) -> None:
     with _attachment(s, "noprev") as (pod, cid, obs, before, add):
         if add.ok:
             dele = rig.delete(cid, pod.path, None)
-            s.judge("del.without-prevresult", dele.ok, _failed_as(dele))
+            s.judge("del.without-prevresult", dele.ok, dele.brief())
             s.leaves("del.leaves-nothing", before, obs.take(), "DEL without prevResult")
             rig.delete(cid, pod.path, add.result)
 
@@ -329,12 +325,12 @@ def _netns_gone(s: _Session) -> None:
             pod = rig.pod()
             cid = rig.container_id(tag)
             add = rig.add(cid, pod.path)
-            if s.judge("add.succeeds", add.ok, _failed_as(add)):
+            if s.judge("add.succeeds", add.ok, add.brief()):
                 rig.drop(pod)
                 netns = pod.path if keep_path else ""
                 dele = rig.delete(cid, netns, add.result)
                 s.judge("del.netns-gone", dele.ok,
-                        f"CNI_NETNS {netns or 'empty'}: {_failed_as(dele)}")
+                        f"CNI_NETNS {netns or 'empty'}: {dele.brief()}")
             rig.drop(pod)
         s.leaves("del.leaves-nothing", before, obs.take(), "DEL with the netns gone",
                  node_side=True)
@@ -364,7 +360,7 @@ def _check_missing(s: _Session) -> None:
                 f"CHECK with {rig.target.ifname} deleted: "
                 + (check.brief() if not check.ok else "passed"))
         dele = rig.delete(cid, pod.path, add.result)
-        s.judge("del.succeeds", dele.ok, _failed_as(dele))
+        s.judge("del.succeeds", dele.ok, dele.brief())
         s.leaves("del.leaves-nothing", before, obs.take(), f"DEL after {rig.target.ifname} went")
 
 
@@ -382,9 +378,9 @@ def _each_version(s: _Session) -> None:
         with rig.observer(pod) as obs:
             before = obs.take()
             add = rig.add(cid, pod.path, netlist=netlist)
-            s.judge("version.claimed-accepted", add.ok, f"{version}: {_failed_as(add)}")
+            s.judge("version.claimed-accepted", add.ok, f"{version}: {add.brief()}")
             dele = rig.delete(cid, pod.path, add.result, netlist=netlist)
-            s.judge("del.succeeds", dele.ok, f"{version}: {_failed_as(dele)}")
+            s.judge("del.succeeds", dele.ok, f"{version}: {dele.brief()}")
             s.leaves("del.leaves-nothing", before, obs.take(), f"ADD then DEL at {version}")
         rig.drop(pod)
 
@@ -496,7 +492,7 @@ def _failing_ipam(s: _Session) -> None:
                 "ADD with its IPAM failing: " + ("succeeded" if add.ok else add.brief()))
         s.leaves("failure.leaves-nothing", before, obs.take(), "ADD with its IPAM failing")
         dele = rig.delete(cid, pod.path, None, netlist=failing, cni_path=cni_path)
-        s.judge("del.succeeds", dele.ok, f"DEL after the failed ADD: {_failed_as(dele)}")
+        s.judge("del.succeeds", dele.ok, f"DEL after the failed ADD: {dele.brief()}")
         s.leaves("del.leaves-nothing", before, obs.take(), "DEL after the failed ADD")
     rig.drop(pod)
 
@@ -530,7 +526,7 @@ def _ifname_taken(s: _Session) -> None:
         s.leaves("failure.leaves-nothing", before, obs.take(),
                  f"ADD with {rig.target.ifname} taken")
         dele = rig.delete(cid, pod.path, add.result)
-        s.judge("del.succeeds", dele.ok, f"DEL after the failed ADD: {_failed_as(dele)}")
+        s.judge("del.succeeds", dele.ok, f"DEL after the failed ADD: {dele.brief()}")
         # Its DEL may take the pod's interface of that name for its own: the node and
         # the state directories must be clean.
         s.leaves("del.leaves-nothing", before, obs.take(), "DEL after the failed ADD",
@@ -570,10 +566,10 @@ def _gc(s: _Session) -> None:
     with rig.observer(None) as obs:
         before = obs.take()
         add_keep = rig.add(cid_keep, keep.path)
-        if s.judge("add.succeeds", add_keep.ok, _failed_as(add_keep)):
+        if s.judge("add.succeeds", add_keep.ok, add_keep.brief()):
             only_keep = _files(obs.take())
             add_stale = rig.add(cid_stale, stale.path)
-            if s.judge("add.succeeds", add_stale.ok, _failed_as(add_stale)):
+            if s.judge("add.succeeds", add_stale.ok, add_stale.brief()):
                 gc = rig.gc([GCAttachment(cid_keep, rig.target.ifname)])
                 after = _files(obs.take())
                 changes = snapshot.diff(only_keep, after)
@@ -583,9 +579,9 @@ def _gc(s: _Session) -> None:
                         if not gc.ok else "the state directories after GC differ from "
                         "those with the kept attachment alone: " + "; ".join(changes))
             dele = rig.delete(cid_stale, stale.path, add_stale.result)
-            s.judge("del.succeeds", dele.ok, f"DEL after GC freed it: {_failed_as(dele)}")
+            s.judge("del.succeeds", dele.ok, f"DEL after GC freed it: {dele.brief()}")
         dele = rig.delete(cid_keep, keep.path, add_keep.result)
-        s.judge("del.succeeds", dele.ok, _failed_as(dele))
+        s.judge("del.succeeds", dele.ok, dele.brief())
         rig.drop(stale)
         rig.drop(keep)
         s.leaves("del.leaves-nothing", before, obs.take(), "GC and the DELs", node_side=True)
@@ -626,7 +622,7 @@ def _concurrency(s: _Session) -> None:
         before = obs.take()
         adds = list(pool.map(lambda i: rig.add(cids[i], pods[i].path), range(n)))
         for cid, add in zip(cids, adds, strict=True):
-            s.judge("concurrency.adds", add.ok, f"{cid}: {_failed_as(add)}")
+            s.judge("concurrency.adds", add.ok, f"{cid}: {add.brief()}")
         seen: dict[str, str] = {}
         for cid, add in zip(cids, adds, strict=True):
             for ip in _addresses(add.result):
@@ -641,7 +637,7 @@ def _concurrency(s: _Session) -> None:
         dels = list(pool.map(lambda i: rig.delete(cids[i], pods[i].path, adds[i].result),
                              range(n)))
         for cid, dele in zip(cids, dels, strict=True):
-            s.judge("concurrency.adds", dele.ok, f"DEL {cid}: {_failed_as(dele)}")
+            s.judge("concurrency.adds", dele.ok, f"DEL {cid}: {dele.brief()}")
         for pod in pods:
             rig.drop(pod)
         s.leaves("del.leaves-nothing", before, obs.take(), f"{n} ADDs and DELs at once",

@@ -38,7 +38,9 @@ from typing import Any
 from pyroute2.netlink.exceptions import NetlinkError
 
 from ..config import GCAttachment
+from ..errors import CNIError
 from ..harness import TestNetNS, create_netns, remove_netns
+from ..invoke import find_plugin
 from ..netns import NetNS
 from ..runtime.api import RuntimeConf, derive_request_config
 from ..runtime.conf import NetworkConfigList, PluginConfig, load_file
@@ -108,11 +110,10 @@ class Target:
     def exe(self, plugin_type: str) -> str:
         """The executable of ``plugin_type``: the first in `plugin_dirs`
         (``""`` when none holds it)."""
-        for d in self.plugin_dirs:
-            path = os.path.join(d, plugin_type)
-            if os.path.isfile(path) and os.access(path, os.X_OK):
-                return path
-        return ""
+        try:
+            return find_plugin(plugin_type, self.plugin_dirs)
+        except CNIError:
+            return ""
 
     def state_roots(self) -> list[str]:
         """`state_dirs` and the state directories the configs name."""
