@@ -20,7 +20,9 @@ from typing import Any
 
 import pytest
 
-from cni_skel.conformance import CHECKS
+from cni_skel.conformance import CHECKS, Rig, Target
+from cni_skel.netns import NetNS
+from cni_skel.sysctl import read_sysctl
 from cni_skel.warm.install import plugin_registry, write_executable
 
 pytestmark = pytest.mark.root
@@ -141,3 +143,21 @@ def test_the_table_and_the_selection(tmp_path, worker_sock):
     listed = subprocess.run([CLI, "conformance", "--list"], capture_output=True, text=True,
                             timeout=60, check=True).stdout
     assert [ln.split()[0] for ln in listed.splitlines()] == list(CHECKS)
+
+
+def test_sysctls_are_set_in_the_node_and_each_pod(tmp_path):
+    """--sysctl (`Target.sysctls`) holds in the node and in every pod the rig
+    makes, before a plugin runs there; a key outside /proc/sys or a pair
+    without ``=`` is a usage error naming the option."""
+    conf = tmp_path / "lo.conf"
+    conf.write_text(json.dumps({"cniVersion": "1.1.0", "name": "cfsys", "type": "loopback"}))
+    key = "net.ipv6.conf.default.accept_dad"
+    target = Target.from_file(str(conf), [], sysctls={key: "0"})
+    with Rig(target, str(tmp_path / "rig")) as rig:
+        pods = [rig.pod(), rig.pod()]
+        for ns in (rig.node, *pods):
+            with NetNS.open(ns.path) as handle, handle.enter():
+                assert read_sysctl(key) == "0", ns.name
+    for bad in ("../../etc/passwd=1", key):
+        proc = conformance("--config", str(conf), "--sysctl", bad)
+        assert proc.returncode == 2 and "--sysctl" in proc.stderr, proc.stderr

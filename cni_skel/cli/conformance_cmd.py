@@ -11,6 +11,7 @@ import click
 
 from ..conformance import CHECKS, DEFAULT_CONCURRENCY, Target, run_conformance, select
 from ..errors import CNIError
+from ..sysctl import sysctl_path
 from .errors import EXIT_FAILURE, CNICommandError
 
 __all__ = ["conformance"]
@@ -51,6 +52,10 @@ _PROTOCOL_VARS = frozenset({"CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_
               help="A shell command run inside the node namespace before the checks (e.g. "
                    "make the device host-device takes). The node has lo and eth0 (a veth, "
                    "10.254.0.1/24) already.")
+@click.option("--sysctl", "sysctl_pairs", multiple=True, metavar="KEY=VALUE",
+              help="A sysctl set in the node and in each pod namespace before the plugins "
+                   "run there (repeat for more); e.g. net.ipv6.conf.default.accept_dad=0: "
+                   "no wait for IPv6 duplicate address detection.")
 @click.option("--concurrency", type=click.IntRange(0, 64), default=DEFAULT_CONCURRENCY,
               show_default=True, help="Attachments added at once by the concurrency checks.")
 @click.option("--checks", "patterns", multiple=True, metavar="PATTERN",
@@ -70,7 +75,8 @@ _PROTOCOL_VARS = frozenset({"CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_
 def conformance(plugin_dirs: tuple[str, ...], config_file: str | None,
                 conflist_file: str | None, cni_version: str | None, ifname: str,
                 state_dirs: tuple[str, ...],
-                cap_args: str, node_setup: str | None, concurrency: int,
+                cap_args: str, node_setup: str | None, sysctl_pairs: tuple[str, ...],
+                concurrency: int,
                 patterns: tuple[str, ...], skips: tuple[str, ...],
                 env_pairs: tuple[str, ...], timeout: float,
                 json_out: str | None, junit_out: str | None, list_only: bool, verbose: bool,
@@ -108,6 +114,16 @@ def conformance(plugin_dirs: tuple[str, ...], config_file: str | None,
                                      "protocol's CNI_* variables (the kit sets those)",
                                      param_hint="--env")
         env[key] = value
+    sysctls = {}
+    for pair in sysctl_pairs:
+        key, sep, value = pair.partition("=")
+        try:
+            sysctl_path(key)
+        except CNIError as exc:
+            raise click.BadParameter(f"{pair!r}: {exc.msg}", param_hint="--sysctl") from None
+        if not sep:
+            raise click.BadParameter(f"{pair!r}: give KEY=VALUE", param_hint="--sysctl")
+        sysctls[key] = value
     if os.geteuid() != 0:
         raise CNICommandError("conformance needs root: it makes network namespaces and runs "
                               "plugins in them, as a runtime does")
@@ -116,7 +132,8 @@ def conformance(plugin_dirs: tuple[str, ...], config_file: str | None,
     try:
         target = Target.from_file(str(config_file or conflist_file), dirs, ifname=ifname,
                                   state_dirs=list(state_dirs), capability_args=caps,
-                                  node_setup=node_setup, timeout=timeout, env=env)
+                                  node_setup=node_setup, sysctls=sysctls, timeout=timeout,
+                                  env=env)
     except CNIError as exc:
         raise CNICommandError.of(exc, head="cannot load the configuration") from None
     missing = [t for t in target.types if not target.exe(t)]

@@ -44,6 +44,7 @@ from ..invoke import find_plugin
 from ..netns import NetNS
 from ..runtime.api import RuntimeConf, derive_request_config
 from ..runtime.conf import NetworkConfigList, PluginConfig, load_file
+from ..sysctl import write_sysctl
 from . import snapshot
 from .contract import Breach, Call, answer_contract
 
@@ -78,6 +79,10 @@ class Target:
             (``portMappings``, ...), given to the plugins that declare them.
         node_setup: a shell command run inside the node namespace once it
             exists (to make a device host-device takes, say).
+        sysctls: sysctls (key -> value, `cni_skel.sysctl` keys) set in the
+            node and in each pod namespace before any plugin runs there:
+            ``net.ipv6.conf.default.accept_dad=0`` spares the wait for IPv6
+            duplicate address detection plugins do (Go's ptp, bridge...).
         timeout: seconds one plugin call may take (default 60).
         env: more environment for every call (a runtime passes its own on);
             the CNI_* variables are the rig's.
@@ -89,6 +94,7 @@ class Target:
     state_dirs: list[str] = field(default_factory=list)
     capability_args: dict[str, Any] = field(default_factory=dict)
     node_setup: str | None = None
+    sysctls: dict[str, str] = field(default_factory=dict)
     timeout: float = 60.0
     env: dict[str, str] = field(default_factory=dict)
 
@@ -209,6 +215,7 @@ class Rig:
                      prefixlen=NODE_UPLINK_ADDRESS[1])
             for name in (NODE_UPLINK, NODE_UPLINK_PEER):
                 ipr.link("set", index=ipr.link_lookup(ifname=name)[0], state="up")
+        self._set_sysctls(self.node)
         if self.target.node_setup:
             proc = subprocess.run([IP, "netns", "exec", self.node.name, "sh", "-ec",
                                    self.target.node_setup], capture_output=True, text=True,
@@ -221,7 +228,18 @@ class Rig:
         """A fresh pod namespace (``lo`` down, as a runtime makes one)."""
         pod = create_netns(f"{self.prefix}-pod")
         self._pods.append(pod)
+        self._set_sysctls(pod)
         return pod
+
+    def _set_sysctls(self, ns: TestNetNS) -> None:
+        if not self.target.sysctls:
+            return
+        with NetNS.open(ns.path) as handle, handle.enter():
+            for key, value in self.target.sysctls.items():
+                try:
+                    write_sysctl(key, value)
+                except CNIError as exc:
+                    raise RuntimeError(f"--sysctl {key}={value}: {exc.msg}") from None
 
     def drop(self, pod: TestNetNS) -> None:
         """Remove ``pod`` (a sandbox destroyed; already gone is fine). Its
